@@ -1,1 +1,273 @@
-//! (skeleton)
+//! # plaza-directory
+//!
+//! The cluster directory of Plaza: who is online (presence), which node hosts which room
+//! (placement with single activation), which nodes are alive (node registry), the durable consent
+//! audit log, and handoff snapshots for drains.
+//!
+//! It does **not** run timers: owners renew their leases and someone calls [`Directory::sweep`]
+//! periodically (the sweeper is the source of truth for ghost cleanup; keyspace notifications are
+//! never used). It does not talk to clients or rooms either; it is a store with fenced writes.
+//!
+//! # Layout
+//! - [`types`]: value types ([`Epoch`], [`Sources`], [`PresenceEntry`], [`Placement`], …).
+//! - [`error`]: [`DirectoryError`] with stable [`DirectoryError::code`]s.
+//! - [`clock`]: the injectable [`Clock`] used by the in-memory backend.
+//! - [`policy`]: the placement policy (weighted rendezvous hashing), shared by both backends.
+//! - [`memory`]: [`MemoryDirectory`], the embedded backend of `plaza up`.
+//! - [`redis_dir`]: [`RedisDirectory`], the cluster backend (Lua scripts, server time).
+//! - `test_util` (feature `test-util`): a `redis-server` harness for integration tests.
+//!
+//! # Semantics shared by both backends
+//! - **Epochs** ([`Epoch`]) are `(era, counter)` compared lexicographically. A claim of a free or
+//!   expired room issues a strictly greater epoch than any epoch the store has issued for that
+//!   room; the era makes this hold even after the store lost all its data (see [`RedisDirectory`]).
+//! - **Fencing**: every side-effecting write of a room (presence, audit, handoff) carries the
+//!   room's epoch; it is accepted only while that epoch holds a *live* lease, otherwise it fails
+//!   with [`DirectoryError::StaleEpoch`]. An expired lease can not be renewed: the owner must
+//!   stop committing and re-claim (which yields a new epoch).
+//! - **Presence** entries are keyed by wallet (one room per wallet at a time), carry the OR of the
+//!   [`Sources`] they are visible through, and are leased; expired entries are invisible to reads
+//!   at once and deleted by [`Directory::sweep`].
+//! - **Time**: lease deadlines are absolute milliseconds of the *store's* clock (the injected
+//!   [`Clock`] in memory, Redis `TIME` in Redis), never the caller's wall clock.
+
+pub mod clock;
+pub mod error;
+pub mod memory;
+pub mod policy;
+pub mod redis_dir;
+#[cfg(any(test, feature = "test-util"))]
+pub mod test_util;
+pub mod types;
+
+use std::sync::Arc;
+
+pub use clock::{Clock, ManualClock, SystemClock};
+pub use error::DirectoryError;
+pub use memory::MemoryDirectory;
+pub use policy::rendezvous_pick;
+pub use redis_dir::{RedisDirectory, RedisOptions};
+pub use types::{
+    AnnounceOutcome, AuditRecord, Epoch, NodeId, NodeInfo, Placement, PresenceEntry, Sources,
+    Wallet,
+};
+
+/// A directory shared by every task of a process.
+pub type SharedDirectory = Arc<dyn Directory>;
+
+/// The directory contract, implemented identically by [`MemoryDirectory`] and
+/// [`RedisDirectory`] (one shared test suite runs against both).
+///
+/// All `ttl_ms` arguments must be in `1..=`[`MAX_TTL_MS`]; ids must be non-empty and at most
+/// [`MAX_ID_LEN`] bytes, otherwise [`DirectoryError::Invalid`].
+#[async_trait::async_trait]
+pub trait Directory: Send + Sync + 'static {
+    // === nodes ===
+
+    /// Registers or heartbeats a node: stores `info` with `heartbeat_until_ms = now + ttl_ms`
+    /// (the field in `info` is ignored). Call again to heartbeat / update load or draining.
+    async fn register_node(&self, info: NodeInfo, ttl_ms: u64) -> Result<(), DirectoryError>;
+    /// Removes a node from the registry (its leases are untouched and lapse on their own).
+    async fn deregister_node(&self, id: &str) -> Result<(), DirectoryError>;
+    /// Nodes whose heartbeat has not lapsed, sorted by id (draining ones included).
+    async fn live_nodes(&self) -> Result<Vec<NodeInfo>, DirectoryError>;
+
+    // === placement (single activation) ===
+
+    /// The room's live placement, if any.
+    async fn resolve(&self, room: &str) -> Result<Option<Placement>, DirectoryError>;
+    /// The node that hosts or should host `room`: the live owner if the room is placed,
+    /// otherwise the pick of [`rendezvous_pick`] among live, non-draining nodes. Does not claim.
+    /// [`DirectoryError::Unavailable`] if no node qualifies (or the live owner is unregistered).
+    async fn place(&self, room: &str) -> Result<NodeInfo, DirectoryError>;
+    /// Takes the room's lease for `node` if it is free or expired (with a new, strictly greater
+    /// epoch), or renews it if `node` already holds it (same epoch).
+    /// [`DirectoryError::Conflict`] if another node holds a live lease.
+    async fn claim(&self, room: &str, node: &str, ttl_ms: u64)
+    -> Result<Placement, DirectoryError>;
+    /// Extends a live lease held by `node` under `epoch`. [`DirectoryError::StaleEpoch`] if the
+    /// lease lapsed or another epoch holds the room; [`DirectoryError::NotOwner`] if the epoch
+    /// matches but the node does not.
+    async fn renew(
+        &self,
+        room: &str,
+        node: &str,
+        epoch: Epoch,
+        ttl_ms: u64,
+    ) -> Result<Placement, DirectoryError>;
+    /// Gives the lease up. Idempotent when the room has no live placement; StaleEpoch if another
+    /// epoch holds it; NotOwner if the node does not match.
+    async fn release(&self, room: &str, node: &str, epoch: Epoch) -> Result<(), DirectoryError>;
+    /// The fencing check: `Ok` iff `epoch` holds the room's live lease.
+    async fn check_epoch(&self, room: &str, epoch: Epoch) -> Result<(), DirectoryError>;
+
+    // === presence (every write fenced by the room's epoch) ===
+
+    /// Registers (or replaces) the wallet's entry. Fenced by `epoch` on `entry.room`, whose
+    /// owner must be `entry.node` (else NotOwner). `entry.lease_until_ms` is ignored and set to
+    /// `now + ttl_ms`; `entry.sources` must be non-empty. A live entry of another wallet on the
+    /// same `(room, entity)` under an older epoch is evicted; under the same epoch it is a
+    /// [`DirectoryError::Conflict`].
+    async fn presence_register(
+        &self,
+        entry: PresenceEntry,
+        epoch: Epoch,
+        ttl_ms: u64,
+    ) -> Result<(), DirectoryError>;
+    /// ORs `source` into the wallet's live entry (NotFound if none), fenced by the entry's room.
+    async fn presence_add_source(
+        &self,
+        wallet: &str,
+        source: Sources,
+        epoch: Epoch,
+    ) -> Result<(), DirectoryError>;
+    /// Removes `source` from the wallet's entry, fenced by the entry's room. Returns `true` iff
+    /// this removed the last source (the entry is then deleted and the room should delete the
+    /// entity). An absent or expired entry, or a source not present, yields `false`.
+    async fn presence_release(
+        &self,
+        wallet: &str,
+        source: Sources,
+        epoch: Epoch,
+    ) -> Result<bool, DirectoryError>;
+    /// Extends the leases of every live entry of `room` registered by `node`; fenced. Returns
+    /// how many were renewed.
+    async fn presence_renew(
+        &self,
+        node: &str,
+        room: &str,
+        epoch: Epoch,
+        ttl_ms: u64,
+    ) -> Result<u32, DirectoryError>;
+    /// The wallet's live entry.
+    async fn presence_get(&self, wallet: &str) -> Result<Option<PresenceEntry>, DirectoryError>;
+    /// The live entry holding `entity` in `room`.
+    async fn presence_by_entity(
+        &self,
+        room: &str,
+        entity: u32,
+    ) -> Result<Option<PresenceEntry>, DirectoryError>;
+    /// Online users (`GET /v1/peers`): every live entry, or only the given wallets; sorted by
+    /// wallet. At most [`MAX_PEERS_FILTER`] filter ids.
+    async fn peers(&self, filter: Option<&[String]>) -> Result<Vec<PresenceEntry>, DirectoryError>;
+    /// Deletes expired presence entries, placements (the epoch history is kept), node
+    /// registrations and orphaned profile announcements; returns how many records it removed.
+    async fn sweep(&self) -> Result<u32, DirectoryError>;
+    /// Records a profile-version announcement with version-aware dedup: a higher version
+    /// supersedes, an equal one merges `source`, a lower one is dropped. Also raises the live
+    /// entry's `profile_version`. Records die with the wallet's entry (or, orphaned, after
+    /// [`PROFILE_ORPHAN_GRACE_MS`] at the next sweep).
+    async fn announce_profile(
+        &self,
+        wallet: &str,
+        version: u64,
+        source: Sources,
+    ) -> Result<AnnounceOutcome, DirectoryError>;
+
+    // === durable consent audit log ===
+
+    /// Appends a record to the room's log, fenced by `epoch`; returns its sequence number
+    /// (per room, starting at 1, gap-free, assigned by the store).
+    async fn audit_append(
+        &self,
+        room: &str,
+        epoch: Epoch,
+        kind: &str,
+        detail: &str,
+        at_ms: u64,
+    ) -> Result<u64, DirectoryError>;
+    /// Up to `limit` (capped at [`MAX_AUDIT_READ`]) records with `seq >= from_seq`, in order.
+    async fn audit_read(
+        &self,
+        room: &str,
+        from_seq: u64,
+        limit: usize,
+    ) -> Result<Vec<AuditRecord>, DirectoryError>;
+
+    // === handoff snapshots (drain) ===
+
+    /// Stores an opaque handoff snapshot for `room`, fenced by `epoch` (replaces an older one).
+    async fn put_handoff(
+        &self,
+        room: &str,
+        epoch: Epoch,
+        state: Vec<u8>,
+    ) -> Result<(), DirectoryError>;
+    /// Removes and returns the room's handoff snapshot with the epoch that wrote it.
+    async fn take_handoff(&self, room: &str) -> Result<Option<(Epoch, Vec<u8>)>, DirectoryError>;
+}
+
+/// Longest accepted id (wallet, room, node, kind) in bytes.
+pub const MAX_ID_LEN: usize = 256;
+/// Longest accepted lease TTL (one day).
+pub const MAX_TTL_MS: u64 = 86_400_000;
+/// Largest accepted audit `detail` in bytes.
+pub const MAX_AUDIT_DETAIL: usize = 64 * 1024;
+/// Most records one [`Directory::audit_read`] returns.
+pub const MAX_AUDIT_READ: usize = 10_000;
+/// Largest accepted handoff snapshot in bytes.
+pub const MAX_HANDOFF_BYTES: usize = 64 * 1024 * 1024;
+/// Most wallet ids accepted in a [`Directory::peers`] filter.
+pub const MAX_PEERS_FILTER: usize = 10_000;
+/// How long a profile announcement without a presence entry survives sweeps.
+pub const PROFILE_ORPHAN_GRACE_MS: u64 = 30_000;
+
+/// Validation shared by both backends.
+pub(crate) mod validate {
+    use crate::{DirectoryError, MAX_ID_LEN, MAX_TTL_MS, Sources};
+
+    pub(crate) fn id(what: &str, v: &str) -> Result<(), DirectoryError> {
+        if v.is_empty() {
+            return Err(DirectoryError::Invalid(format!("{what} is empty")));
+        }
+        if v.len() > MAX_ID_LEN {
+            return Err(DirectoryError::Invalid(format!(
+                "{what} longer than {MAX_ID_LEN} bytes"
+            )));
+        }
+        Ok(())
+    }
+
+    pub(crate) fn ttl(ttl_ms: u64) -> Result<(), DirectoryError> {
+        if ttl_ms == 0 || ttl_ms > MAX_TTL_MS {
+            return Err(DirectoryError::Invalid(format!(
+                "ttl_ms {ttl_ms} outside 1..={MAX_TTL_MS}"
+            )));
+        }
+        Ok(())
+    }
+
+    pub(crate) fn sources(s: Sources) -> Result<(), DirectoryError> {
+        if s.is_empty() {
+            return Err(DirectoryError::Invalid("empty source set".into()));
+        }
+        Ok(())
+    }
+
+    pub(crate) fn peers_filter(f: Option<&[String]>) -> Result<(), DirectoryError> {
+        if let Some(ids) = f {
+            if ids.len() > crate::MAX_PEERS_FILTER {
+                return Err(DirectoryError::Invalid("too many peer ids".into()));
+            }
+            for w in ids {
+                id("wallet", w)?;
+            }
+        }
+        Ok(())
+    }
+
+    pub(crate) fn audit(kind: &str, detail: &str) -> Result<(), DirectoryError> {
+        id("audit kind", kind)?;
+        if detail.len() > crate::MAX_AUDIT_DETAIL {
+            return Err(DirectoryError::Invalid("audit detail too large".into()));
+        }
+        Ok(())
+    }
+
+    pub(crate) fn handoff(state: &[u8]) -> Result<(), DirectoryError> {
+        if state.len() > crate::MAX_HANDOFF_BYTES {
+            return Err(DirectoryError::Invalid("handoff snapshot too large".into()));
+        }
+        Ok(())
+    }
+}

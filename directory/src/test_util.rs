@@ -1,0 +1,149 @@
+//! Test helpers (feature `test-util`): [`RedisServer`], a throwaway `redis-server` process on a
+//! free loopback port in its own temp dir, with no persistence. Not for production use.
+//!
+//! `redis-server` must be on `PATH` (`apt-get install -y redis-server` on Debian/Ubuntu);
+//! [`RedisServer::start`] fails with a message saying so otherwise.
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+/// A `redis-server` child process; killed and its directory removed on drop.
+#[derive(Debug)]
+pub struct RedisServer {
+    port: u16,
+    dir: PathBuf,
+    child: Option<Child>,
+}
+
+static SEQ: AtomicU64 = AtomicU64::new(0);
+
+impl RedisServer {
+    /// Starts a server on a free port and waits (bounded) until it answers `PING`.
+    pub fn start() -> Result<Self, String> {
+        let port = free_port()?;
+        let dir = std::env::temp_dir().join(format!(
+            "plaza-redis-{}-{}-{}",
+            std::process::id(),
+            SEQ.fetch_add(1, Ordering::Relaxed),
+            port
+        ));
+        std::fs::create_dir_all(&dir).map_err(|e| format!("create {}: {e}", dir.display()))?;
+        let mut s = Self {
+            port,
+            dir,
+            child: None,
+        };
+        s.spawn()?;
+        Ok(s)
+    }
+
+    /// `redis://127.0.0.1:PORT/`.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    /// The TCP port.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// True while the child process runs.
+    pub fn is_running(&mut self) -> bool {
+        self.child
+            .as_mut()
+            .is_some_and(|c| matches!(c.try_wait(), Ok(None)))
+    }
+
+    /// Kills the server (SIGKILL) and starts a fresh, empty one on the same port: a Redis
+    /// restart that lost all its data.
+    pub fn restart_empty(&mut self) -> Result<(), String> {
+        self.kill();
+        self.spawn()
+    }
+
+    /// Starts the server again after [`Self::kill`] (empty: there is no persistence).
+    pub fn start_again(&mut self) -> Result<(), String> {
+        if self.is_running() {
+            return Ok(());
+        }
+        self.spawn()
+    }
+
+    /// Kills the server (SIGKILL) and reaps it. Idempotent.
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    fn spawn(&mut self) -> Result<(), String> {
+        let child = Command::new("redis-server")
+            .arg("--port")
+            .arg(self.port.to_string())
+            .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+            .arg("--dir")
+            .arg(&self.dir)
+            .arg("--logfile")
+            .arg(self.dir.join("redis.log"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|e| {
+                if e.kind() == std::io::ErrorKind::NotFound {
+                    "redis-server not found on PATH: install it (`apt-get install -y \
+                     redis-server`) or set REDIS_URL to an existing server"
+                        .to_string()
+                } else {
+                    format!("spawn redis-server: {e}")
+                }
+            })?;
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if ping(self.port) {
+                return Ok(());
+            }
+            if !self.is_running() {
+                let log = std::fs::read_to_string(self.dir.join("redis.log")).unwrap_or_default();
+                return Err(format!("redis-server exited at start:\n{log}"));
+            }
+            if Instant::now() > deadline {
+                self.kill();
+                return Err("redis-server did not answer PING within 10 s".into());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.kill();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn free_port() -> Result<u16, String> {
+    let l = TcpListener::bind("127.0.0.1:0").map_err(|e| format!("bind: {e}"))?;
+    l.local_addr()
+        .map(|a| a.port())
+        .map_err(|e| format!("local_addr: {e}"))
+}
+
+fn ping(port: u16) -> bool {
+    let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) else {
+        return false;
+    };
+    let _ = s.set_read_timeout(Some(Duration::from_millis(500)));
+    if s.write_all(b"PING\r\n").is_err() {
+        return false;
+    }
+    let mut buf = [0u8; 16];
+    matches!(s.read(&mut buf), Ok(n) if buf[..n].starts_with(b"+PONG"))
+}
