@@ -1,0 +1,695 @@
+//! [`RoomPhysics`]: one room's rapier3d world — static geometry, avatar capsules moved by a
+//! kinematic character controller, and dynamic props that can be held, placed and thrown.
+//!
+//! It validates moves and applies them; it does not decide who may hold a prop (ownership
+//! lives in the room core), keeps no wall clock (time comes in as arguments) and does no I/O.
+//!
+//! Two rapier worlds are kept: `world` simulates everything (props collide with statics and
+//! avatars), and `statics` holds only the fixed geometry, so the character controller's
+//! shape-casts never walk a tree with a thousand avatars in it.
+
+use std::collections::BTreeMap;
+
+use rapier3d::control::{CharacterAutostep, CharacterLength, KinematicCharacterController};
+use rapier3d::math::{Pose, Rotation, Vector};
+use rapier3d::parry::shape::{Capsule, Shape, SharedShape};
+use rapier3d::prelude::{
+    ColliderBuilder, PhysicsWorld, RigidBodyBuilder, RigidBodyHandle, RigidBodyType,
+};
+
+use crate::config::PhysicsConfig;
+use crate::definition::{PropShape, RoomDefinition, StaticShape};
+use crate::movement::{
+    ClockTracker, ClockVerdict, MoveClaim, MoveOutcome, MoveRejection, RejectReason,
+    check_displacement, claim_is_finite, distance, length,
+};
+
+/// Gap (metres) kept between the capsule's bottom and the feet position, so an avatar standing
+/// on a floor is not in contact with it and slides freely. Larger than the controller offset.
+const SKIN_M: f32 = 0.02;
+/// The character controller's contact offset (metres).
+const CONTROLLER_OFFSET_M: f32 = 0.01;
+
+/// One avatar's capsule and validation state.
+#[derive(Debug)]
+struct Avatar {
+    /// Its kinematic body in `world`.
+    body: RigidBodyHandle,
+    /// Authoritative feet position.
+    position: Vector,
+    /// Set by `add_avatar`/`teleport` until the next accepted move: that move may be an instant
+    /// placement if it lands within tolerance of this point.
+    pending_placement: bool,
+    /// Claimed-versus-server clock accounting.
+    clock: ClockTracker,
+}
+
+/// One dynamic prop.
+#[derive(Debug)]
+struct Prop {
+    /// Its body in `world`.
+    body: RigidBodyHandle,
+    /// Its shape, for placement checks.
+    shape: SharedShape,
+    /// Where it started (respawn point if it ever leaves the room).
+    home: Vector,
+    /// The avatar holding it, if any.
+    holder: Option<u32>,
+}
+
+/// The physics world of one room.
+pub struct RoomPhysics {
+    cfg: PhysicsConfig,
+    bounds_min: Vector,
+    bounds_max: Vector,
+    spawn: Vector,
+    world: PhysicsWorld,
+    statics: PhysicsWorld,
+    controller: KinematicCharacterController,
+    capsule: Capsule,
+    avatars: BTreeMap<u32, Avatar>,
+    props: BTreeMap<u32, Prop>,
+    steps: u64,
+}
+
+impl std::fmt::Debug for RoomPhysics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RoomPhysics")
+            .field("avatars", &self.avatars.len())
+            .field("props", &self.props.len())
+            .field("steps", &self.steps)
+            .finish_non_exhaustive()
+    }
+}
+
+fn v(a: [f32; 3]) -> Vector {
+    Vector::new(a[0], a[1], a[2])
+}
+
+fn arr(v: Vector) -> [f32; 3] {
+    [v.x, v.y, v.z]
+}
+
+fn euler_deg(r: [f32; 3]) -> Rotation {
+    let [x, y, z] = r.map(f32::to_radians);
+    Rotation::from_rotation_z(z) * Rotation::from_rotation_y(y) * Rotation::from_rotation_x(x)
+}
+
+/// The collider of one static shape.
+fn static_collider(s: &StaticShape) -> ColliderBuilder {
+    match s {
+        StaticShape::Box {
+            center,
+            half_extents,
+            rotation_deg,
+            ..
+        } => ColliderBuilder::cuboid(half_extents[0], half_extents[1], half_extents[2])
+            .position(Pose::from_parts(v(*center), euler_deg(*rotation_deg))),
+        StaticShape::Cylinder {
+            center,
+            half_height,
+            radius,
+            ..
+        } => ColliderBuilder::cylinder(*half_height, *radius)
+            .position(Pose::from_translation(v(*center))),
+        StaticShape::Ramp {
+            from,
+            to,
+            width,
+            thickness,
+            ..
+        } => {
+            let (from, to) = (v(*from), v(*to));
+            let along = to - from;
+            let len = along.length();
+            let z = along / len;
+            // Local x is horizontal and across the ramp; local y is the surface normal.
+            let x = Vector::Y.cross(z).normalize();
+            let y = z.cross(x);
+            let rot = Rotation::from_mat3(&rapier3d::math::Mat3::from_cols(x, y, z));
+            let center = (from + to) * 0.5 - y * (thickness * 0.5);
+            ColliderBuilder::cuboid(width * 0.5, thickness * 0.5, len * 0.5)
+                .position(Pose::from_parts(center, rot))
+        }
+    }
+}
+
+fn prop_shape(s: &PropShape) -> SharedShape {
+    match s {
+        PropShape::Box { half_extents } => {
+            SharedShape::cuboid(half_extents[0], half_extents[1], half_extents[2])
+        }
+        PropShape::Ball { radius } => SharedShape::ball(*radius),
+    }
+}
+
+impl RoomPhysics {
+    /// Builds the room's world from its definition (the definition is assumed validated; see
+    /// [`RoomDefinition::validate`]). The configuration is [`PhysicsConfig::sanitized`].
+    pub fn new(def: &RoomDefinition, cfg: PhysicsConfig) -> Self {
+        let cfg = cfg.sanitized();
+        let mut world = PhysicsWorld::new();
+        world.gravity = v(def.gravity);
+        world.integration_parameters.dt = cfg.step_dt;
+        let mut statics = PhysicsWorld::new();
+        for s in &def.statics {
+            let c = static_collider(s).friction(0.8);
+            world.insert_collider(c.clone(), None);
+            statics.insert_collider(c, None);
+        }
+        // Build the statics' query tree once; nothing in `statics` ever moves.
+        statics.step();
+
+        let mut props = BTreeMap::new();
+        for p in &def.props {
+            let shape = prop_shape(&p.shape);
+            let home = v(p.position);
+            let body = world.insert_body(
+                RigidBodyBuilder::dynamic()
+                    .translation(home)
+                    .ccd_enabled(true),
+            );
+            world.insert_collider(
+                ColliderBuilder::new(shape.clone())
+                    .density(p.density)
+                    .friction(0.7)
+                    .restitution(0.2),
+                Some(body),
+            );
+            props.insert(
+                p.id,
+                Prop {
+                    body,
+                    shape,
+                    home,
+                    holder: None,
+                },
+            );
+        }
+
+        let controller = KinematicCharacterController {
+            offset: CharacterLength::Absolute(CONTROLLER_OFFSET_M),
+            slide: true,
+            autostep: (cfg.autostep_height_m > 0.0).then_some(CharacterAutostep {
+                max_height: CharacterLength::Absolute(cfg.autostep_height_m),
+                min_width: CharacterLength::Absolute(0.2),
+                include_dynamic_bodies: false,
+            }),
+            max_slope_climb_angle: cfg.max_slope_deg.to_radians(),
+            min_slope_slide_angle: cfg.max_slope_deg.to_radians(),
+            snap_to_ground: None,
+            ..KinematicCharacterController::default()
+        };
+        let capsule = Capsule::new_y(cfg.capsule_half_height, cfg.capsule_radius);
+
+        Self {
+            bounds_min: v(def.bounds_min),
+            bounds_max: v(def.bounds_max),
+            spawn: v(def.spawn),
+            cfg,
+            world,
+            statics,
+            controller,
+            capsule,
+            avatars: BTreeMap::new(),
+            props,
+            steps: 0,
+        }
+    }
+
+    /// The (sanitized) configuration in use.
+    pub fn config(&self) -> &PhysicsConfig {
+        &self.cfg
+    }
+
+    /// Number of fixed steps taken so far.
+    pub fn steps(&self) -> u64 {
+        self.steps
+    }
+
+    /// Number of avatars in the world.
+    pub fn avatar_count(&self) -> usize {
+        self.avatars.len()
+    }
+
+    /// Whether a point lies inside the room bounds (false for non-finite points).
+    pub fn in_bounds(&self, p: [f32; 3]) -> bool {
+        let (lo, hi) = (arr(self.bounds_min), arr(self.bounds_max));
+        (0..3).all(|i| p[i] >= lo[i] && p[i] <= hi[i])
+    }
+
+    /// Height from feet to capsule centre.
+    fn center_offset(&self) -> Vector {
+        Vector::new(
+            0.0,
+            self.cfg.capsule_half_height + self.cfg.capsule_radius + SKIN_M,
+            0.0,
+        )
+    }
+
+    fn capsule_pose(&self, feet: Vector) -> Pose {
+        Pose::from_translation(feet + self.center_offset())
+    }
+
+    /// Whether `shape` at `pose` overlaps any static geometry.
+    fn hits_statics(&self, pose: Pose, shape: &dyn Shape) -> bool {
+        self.statics
+            .query_pipeline()
+            .intersect_shape(pose, shape)
+            .next()
+            .is_some()
+    }
+
+    /// A free feet position at or near `at` (rings of candidates around it), else the spawn.
+    fn free_spot(&self, at: Vector) -> Vector {
+        let start = if self.in_bounds(arr(at)) {
+            at
+        } else {
+            self.spawn
+        };
+        let free =
+            |p: Vector| self.in_bounds(arr(p)) && !self.hits_statics(self.capsule_pose(p), &self.capsule);
+        if free(start) {
+            return start;
+        }
+        for ring in 1..=12u8 {
+            let r = f32::from(ring) * 0.6;
+            for k in 0..12u8 {
+                let a = f32::from(k) * std::f32::consts::TAU / 12.0;
+                let p = start + Vector::new(r * a.cos(), 0.0, r * a.sin());
+                if free(p) {
+                    return p;
+                }
+            }
+        }
+        self.spawn
+    }
+
+    /// Adds an avatar capsule (half-height 0.9 m, radius 0.25 m by default) at `at`, or at the
+    /// nearest free spot (the room's spawn if `at` is non-finite or outside the room). Returns
+    /// the feet position actually used. Re-adding an existing entity replaces it.
+    pub fn add_avatar(&mut self, entity: u32, at: [f32; 3]) -> [f32; 3] {
+        self.remove_avatar(entity);
+        let at = if at.iter().all(|x| x.is_finite()) {
+            v(at)
+        } else {
+            self.spawn
+        };
+        let pos = self.free_spot(at);
+        let body = self.world.insert_body(
+            RigidBodyBuilder::kinematic_position_based().translation(pos + self.center_offset()),
+        );
+        self.world.insert_collider(
+            ColliderBuilder::capsule_y(self.cfg.capsule_half_height, self.cfg.capsule_radius),
+            Some(body),
+        );
+        self.avatars.insert(
+            entity,
+            Avatar {
+                body,
+                position: pos,
+                pending_placement: true,
+                clock: ClockTracker::default(),
+            },
+        );
+        arr(pos)
+    }
+
+    /// Removes an avatar; any prop it held is dropped where it is.
+    pub fn remove_avatar(&mut self, entity: u32) {
+        let Some(a) = self.avatars.remove(&entity) else {
+            return;
+        };
+        self.world.remove_body(a.body);
+        let held: Vec<u32> = self
+            .props
+            .iter()
+            .filter(|(_, p)| p.holder == Some(entity))
+            .map(|(id, _)| *id)
+            .collect();
+        for id in held {
+            self.set_prop_held(id, None);
+        }
+    }
+
+    /// The avatar's authoritative feet position.
+    pub fn avatar_position(&self, entity: u32) -> Option<[f32; 3]> {
+        self.avatars.get(&entity).map(|a| arr(a.position))
+    }
+
+    /// How far (ms) the avatar's claimed clock runs ahead of the server's (negative: behind).
+    pub fn clock_lead_ms(&self, entity: u32) -> Option<i64> {
+        self.avatars.get(&entity).map(|a| a.clock.lead_ms())
+    }
+
+    /// Validates a client's claimed move and, if valid, moves the avatar's capsule with the
+    /// character controller against static geometry (it slides along walls, never through).
+    ///
+    /// `claimed.dt_s` is the client's claimed time since its previous move; `now_ms` is the
+    /// server's time (any monotonic millisecond clock). Checks, in order: unknown avatar,
+    /// non-finite values, `dt ≤ 0`, client clock lead, room bounds, instant placement, claimed
+    /// velocity, displacement (speed, or teleport when farther than any one move may go), then
+    /// geometry. A rejection leaves the avatar where it was, except [`RejectReason::Blocked`],
+    /// where it has moved up to the obstacle; `authoritative` is the position to correct to.
+    pub fn validate_and_move(
+        &mut self,
+        entity: u32,
+        claimed: MoveClaim,
+        now_ms: u64,
+    ) -> Result<MoveOutcome, MoveRejection> {
+        let spawn = arr(self.spawn);
+        let center_offset = self.center_offset();
+        let Some(avatar) = self.avatars.get_mut(&entity) else {
+            return Err(MoveRejection {
+                reason: RejectReason::UnknownEntity,
+                authoritative: spawn,
+            });
+        };
+        let current = avatar.position;
+        let reject = |reason| {
+            Err(MoveRejection {
+                reason,
+                authoritative: arr(current),
+            })
+        };
+        if !claim_is_finite(&claimed) {
+            return reject(RejectReason::NonFinite);
+        }
+        if claimed.dt_s <= 0.0 {
+            return reject(RejectReason::NonPositiveDt);
+        }
+        let clock_flagged = match avatar.clock.observe(claimed.dt_s, now_ms, &self.cfg) {
+            ClockVerdict::Ok => false,
+            ClockVerdict::Flagged => true,
+            ClockVerdict::Reject => return reject(RejectReason::Clock),
+        };
+        let (lo, hi) = (arr(self.bounds_min), arr(self.bounds_max));
+        if !(0..3).all(|i| claimed.position[i] >= lo[i] && claimed.position[i] <= hi[i]) {
+            return reject(RejectReason::OutOfBounds);
+        }
+        let dist = distance(claimed.position, arr(current));
+        let placement = (avatar.pending_placement || claimed.is_instant)
+            && dist <= self.cfg.tolerance_m;
+        if !placement {
+            if claimed.is_instant {
+                return reject(RejectReason::Teleport);
+            }
+            let limit = self.cfg.speed_limit(claimed.movement_kind);
+            if length(claimed.velocity) > limit + self.cfg.velocity_tolerance_mps {
+                return reject(RejectReason::Speed);
+            }
+            if let Err(reason) = check_displacement(dist, claimed.dt_s, limit, &self.cfg) {
+                return reject(reason);
+            }
+        }
+
+        // Geometry: sweep the capsule from where it is towards the claim.
+        let desired = v(claimed.position) - current;
+        let moved = {
+            let queries = self.statics.query_pipeline();
+            self.controller.move_shape(
+                self.cfg.step_dt,
+                &queries,
+                &self.capsule,
+                &Pose::from_translation(current + center_offset),
+                desired,
+                |_| {},
+            )
+        };
+        let new_pos = current + moved.translation;
+        let body = avatar.body;
+        avatar.position = new_pos;
+        avatar.pending_placement = false;
+        if let Some(b) = self.world.bodies.get_mut(body) {
+            b.set_next_kinematic_translation(new_pos + center_offset);
+        }
+        let gap = distance(arr(new_pos), claimed.position);
+        if gap > self.cfg.blocked_reject_m {
+            return Err(MoveRejection {
+                reason: RejectReason::Blocked,
+                authoritative: arr(new_pos),
+            });
+        }
+        Ok(MoveOutcome {
+            position: arr(new_pos),
+            blocked: gap > self.cfg.blocked_epsilon_m,
+            clock_flagged,
+        })
+    }
+
+    /// Server-issued teleport: puts the avatar at `to` (or the nearest free spot; the spawn if
+    /// `to` is non-finite or outside the room). The next move from there is allowed, and may be
+    /// an instant placement within tolerance of the new position.
+    pub fn teleport(&mut self, entity: u32, to: [f32; 3]) {
+        let to = if to.iter().all(|x| x.is_finite()) {
+            v(to)
+        } else {
+            self.spawn
+        };
+        let pos = self.free_spot(to);
+        let off = self.center_offset();
+        let Some(a) = self.avatars.get_mut(&entity) else {
+            return;
+        };
+        a.position = pos;
+        a.pending_placement = true;
+        if let Some(b) = self.world.bodies.get_mut(a.body) {
+            b.set_translation(pos + off, true);
+        }
+    }
+
+    /// Advances the world by one fixed step of `step_dt`: held props follow their holders,
+    /// dynamic props fall, collide and come to rest; a prop that leaves the room respawns at
+    /// its starting point.
+    pub fn step(&mut self) {
+        let offset = v(self.cfg.hold_offset);
+        let mut orphaned = Vec::new();
+        for (id, p) in &self.props {
+            let Some(holder) = p.holder else { continue };
+            match self.avatars.get(&holder) {
+                Some(a) => {
+                    if let Some(b) = self.world.bodies.get_mut(p.body) {
+                        b.set_next_kinematic_translation(a.position + offset);
+                    }
+                }
+                None => orphaned.push(*id),
+            }
+        }
+        for id in orphaned {
+            self.set_prop_held(id, None);
+        }
+        self.world.step();
+        self.steps += 1;
+
+        let lost: Vec<u32> = self
+            .props
+            .iter()
+            .filter(|(_, p)| {
+                self.world
+                    .bodies
+                    .get(p.body)
+                    .is_some_and(|b| !self.in_bounds(arr(b.translation())))
+            })
+            .map(|(id, _)| *id)
+            .collect();
+        for id in lost {
+            if let Some(p) = self.props.get_mut(&id) {
+                p.holder = None;
+                let home = p.home;
+                if let Some(b) = self.world.bodies.get_mut(p.body) {
+                    b.set_body_type(RigidBodyType::Dynamic, true);
+                    b.set_translation(home, true);
+                    b.set_rotation(Rotation::IDENTITY, true);
+                    b.set_linvel(Vector::ZERO, true);
+                    b.set_angvel(Vector::ZERO, true);
+                }
+            }
+        }
+    }
+
+    /// A prop's centre.
+    pub fn prop_position(&self, prop: u32) -> Option<[f32; 3]> {
+        let p = self.props.get(&prop)?;
+        self.world.bodies.get(p.body).map(|b| arr(b.translation()))
+    }
+
+    /// The avatar holding a prop, if any (`None` also for unknown props).
+    pub fn prop_holder(&self, prop: u32) -> Option<u32> {
+        self.props.get(&prop).and_then(|p| p.holder)
+    }
+
+    /// Marks a prop held by `holder` (it becomes kinematic and follows the holder each step) or
+    /// released (`None`: it becomes dynamic again, at rest, and falls). Ownership rules are the
+    /// caller's; an unknown prop or holder is ignored.
+    pub fn set_prop_held(&mut self, prop: u32, holder: Option<u32>) {
+        let offset = v(self.cfg.hold_offset);
+        let holder_pos = holder.and_then(|h| self.avatars.get(&h).map(|a| a.position));
+        if holder.is_some() && holder_pos.is_none() {
+            return;
+        }
+        let Some(p) = self.props.get_mut(&prop) else {
+            return;
+        };
+        p.holder = holder;
+        let Some(b) = self.world.bodies.get_mut(p.body) else {
+            return;
+        };
+        b.set_linvel(Vector::ZERO, true);
+        b.set_angvel(Vector::ZERO, true);
+        match holder_pos {
+            Some(pos) => {
+                b.set_body_type(RigidBodyType::KinematicPositionBased, true);
+                b.set_translation(pos + offset, true);
+            }
+            None => b.set_body_type(RigidBodyType::Dynamic, true),
+        }
+    }
+
+    /// Puts a prop at `at` (its centre), at rest and released. Refused if `at` is non-finite,
+    /// outside the room, or overlaps static geometry; `authoritative` is then the prop's
+    /// current position.
+    pub fn place_prop(&mut self, prop: u32, at: [f32; 3]) -> Result<(), MoveRejection> {
+        self.put_prop(prop, at, [0.0; 3])
+    }
+
+    /// Throws a prop from `from` with `velocity` (scaled down to `max_throw_speed_mps`).
+    /// Invalid input (unknown prop, non-finite numbers, `from` outside the room or inside
+    /// geometry) leaves the prop as it was; use [`Self::try_throw_prop`] to learn why.
+    pub fn throw_prop(&mut self, prop: u32, from: [f32; 3], velocity: [f32; 3]) {
+        // Invalid throws are documented as no-ops; the reason is available via try_throw_prop.
+        let _ = self.try_throw_prop(prop, from, velocity);
+    }
+
+    /// [`Self::throw_prop`] that says why a throw was refused.
+    pub fn try_throw_prop(
+        &mut self,
+        prop: u32,
+        from: [f32; 3],
+        velocity: [f32; 3],
+    ) -> Result<(), MoveRejection> {
+        if !velocity.iter().all(|x| x.is_finite()) {
+            return Err(MoveRejection {
+                reason: RejectReason::NonFinite,
+                authoritative: self.prop_position(prop).unwrap_or(from),
+            });
+        }
+        let speed = length(velocity);
+        let scale = if speed > self.cfg.max_throw_speed_mps {
+            self.cfg.max_throw_speed_mps / speed
+        } else {
+            1.0
+        };
+        self.put_prop(prop, from, velocity.map(|c| c * scale))
+    }
+
+    fn put_prop(
+        &mut self,
+        prop: u32,
+        at: [f32; 3],
+        velocity: [f32; 3],
+    ) -> Result<(), MoveRejection> {
+        let Some(current) = self.prop_position(prop) else {
+            return Err(MoveRejection {
+                reason: RejectReason::UnknownEntity,
+                authoritative: at,
+            });
+        };
+        let reject = |reason| {
+            Err(MoveRejection {
+                reason,
+                authoritative: current,
+            })
+        };
+        if !at.iter().all(|x| x.is_finite()) {
+            return reject(RejectReason::NonFinite);
+        }
+        if !self.in_bounds(at) {
+            return reject(RejectReason::OutOfBounds);
+        }
+        let Some(p) = self.props.get(&prop) else {
+            return reject(RejectReason::UnknownEntity);
+        };
+        if self.hits_statics(Pose::from_translation(v(at)), p.shape.as_ref()) {
+            return reject(RejectReason::Blocked);
+        }
+        let body = p.body;
+        if let Some(p) = self.props.get_mut(&prop) {
+            p.holder = None;
+        }
+        if let Some(b) = self.world.bodies.get_mut(body) {
+            b.set_body_type(RigidBodyType::Dynamic, true);
+            b.set_translation(v(at), true);
+            b.set_rotation(Rotation::IDENTITY, true);
+            b.set_linvel(v(velocity), true);
+            b.set_angvel(Vector::ZERO, true);
+        }
+        Ok(())
+    }
+
+    /// Every prop and its centre, in id order.
+    pub fn props(&self) -> impl Iterator<Item = (u32, [f32; 3])> + '_ {
+        self.props.iter().filter_map(|(id, p)| {
+            self.world
+                .bodies
+                .get(p.body)
+                .map(|b| (*id, arr(b.translation())))
+        })
+    }
+
+    /// Every avatar and its feet position, in id order.
+    pub fn avatars(&self) -> impl Iterator<Item = (u32, [f32; 3])> + '_ {
+        self.avatars.iter().map(|(id, a)| (*id, arr(a.position)))
+    }
+
+    /// A deterministic hash (FNV-1a over exact bit patterns) of the state of every avatar and
+    /// prop body: positions, rotations, velocities, holders, plus the step count. Equal inputs
+    /// in the same binary give equal hashes.
+    pub fn state_hash(&self) -> u64 {
+        let mut h = Fnv::new();
+        h.u64(self.steps);
+        for (id, a) in &self.avatars {
+            h.u64(u64::from(*id));
+            h.vec(a.position);
+            if let Some(b) = self.world.bodies.get(a.body) {
+                h.vec(b.translation());
+            }
+        }
+        for (id, p) in &self.props {
+            h.u64(u64::from(*id));
+            h.u64(p.holder.map_or(u64::MAX, u64::from));
+            if let Some(b) = self.world.bodies.get(p.body) {
+                h.vec(b.translation());
+                let r = b.rotation();
+                for c in [r.x, r.y, r.z, r.w] {
+                    h.u64(u64::from(c.to_bits()));
+                }
+                h.vec(b.linvel());
+                h.vec(b.angvel());
+            }
+        }
+        h.finish()
+    }
+}
+
+/// 64-bit FNV-1a, stable across builds and platforms (unlike `DefaultHasher`).
+struct Fnv(u64);
+
+impl Fnv {
+    fn new() -> Self {
+        Self(0xcbf2_9ce4_8422_2325)
+    }
+    fn u64(&mut self, x: u64) {
+        for byte in x.to_le_bytes() {
+            self.0 ^= u64::from(byte);
+            self.0 = self.0.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+    }
+    fn vec(&mut self, v: Vector) {
+        for c in [v.x, v.y, v.z] {
+            self.u64(u64::from(c.to_bits()));
+        }
+    }
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
