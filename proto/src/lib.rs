@@ -20,3 +20,8 @@ pub mod generated {
 
 pub use generated::plaza::node::v1 as node;
 pub use generated::plaza::v1 as pb;
+
+pub mod bits;
+pub mod compressed;
+pub mod frame;
+pub mod quant;

@@ -1,0 +1,1 @@
+//! The seed's 160-bit compressed movement message (placeholder until the codec lands).

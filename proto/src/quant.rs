@@ -1,0 +1,264 @@
+//! Pose quantizer: float poses (metres, m/s, degrees) to small integers and back.
+//!
+//! The room quantizes every entity once per tick ([`quantize`]) and hands the [`QuantPose`] to
+//! every client's [`crate::frame::FrameEncoder`]; the client's [`crate::frame::FrameDecoder`]
+//! holds exactly these integers. Resolutions: position 1 mm, velocity 5 cm/s, yaw 360/512° (≈0.7°),
+//! head IK 1°, point-at 1 mm. This module does no delta coding and knows nothing of the wire.
+
+/// Position resolution: millimetres per metre.
+pub const POSITION_UNITS_PER_M: f64 = 1000.0;
+/// Positions are meaningful for `|coordinate| <= POSITION_RANGE_M`; beyond it they clamp.
+pub const POSITION_RANGE_M: f32 = 4000.0;
+/// Max absolute per-axis error of `quantize(p).to_pose().position` (and `position_m()`) for every
+/// coordinate in `[-POSITION_RANGE_M, POSITION_RANGE_M]`: 0.5 mm rounding plus the f32 rounding of
+/// the result (≤ 0.13 mm at 4 km), bounded by 1 mm.
+pub const POSITION_ERROR_M: f32 = 0.001;
+/// Velocity step in m/s (each axis is an `i16` count of this step).
+pub const VELOCITY_STEP_M_S: f32 = 0.05;
+/// Number of yaw steps in a full turn (9 bits; one step ≈ 0.70°).
+pub const YAW_STEPS: u16 = 512;
+/// Max movement kind (2 bits: 0 idle, 1 walk, 2 jog, 3 run).
+pub const MOVEMENT_KIND_MAX: u8 = 3;
+
+/// A float pose in world units relative to the room origin.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Pose {
+    /// Position in metres.
+    pub position: [f32; 3],
+    /// Velocity in m/s.
+    pub velocity: [f32; 3],
+    /// Yaw in degrees (any value; quantization wraps it into `[0, 360)`).
+    pub yaw_deg: f32,
+    /// 0 idle, 1 walk, 2 jog, 3 run.
+    pub movement_kind: u8,
+    /// `plaza.v1.AnimFlag` bits; jump count in bits 8..9.
+    pub anim_flags: u16,
+    /// Head IK yaw/pitch in degrees, when head IK is enabled.
+    pub head: Option<[f32; 2]>,
+    /// World point (metres) the avatar points at, when pointing.
+    pub point_at: Option<[f32; 3]>,
+}
+
+/// A pose in integers: what travels and what a client holds.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct QuantPose {
+    /// Position in millimetres relative to the room origin.
+    pub position_mm: [i32; 3],
+    /// Velocity in steps of [`VELOCITY_STEP_M_S`].
+    pub velocity: [i16; 3],
+    /// Yaw in steps of `360 / YAW_STEPS` degrees, `0..YAW_STEPS`.
+    pub yaw: u16,
+    /// Movement kind, `0..=3`.
+    pub movement_kind: u8,
+    /// Animation flag bits.
+    pub anim_flags: u16,
+    /// Head IK yaw/pitch in whole degrees.
+    pub head: Option<[i16; 2]>,
+    /// Point-at world point in millimetres.
+    pub point_at_mm: Option<[i32; 3]>,
+}
+
+fn mm(v: f32) -> i32 {
+    let c = v.clamp(-POSITION_RANGE_M, POSITION_RANGE_M);
+    // NaN clamps to NaN and `as` turns it into 0.
+    (f64::from(c) * POSITION_UNITS_PER_M).round() as i32
+}
+
+fn from_mm(v: i32) -> f32 {
+    (f64::from(v) / POSITION_UNITS_PER_M) as f32
+}
+
+fn vel(v: f32) -> i16 {
+    (f64::from(v) / f64::from(VELOCITY_STEP_M_S))
+        .round()
+        .clamp(-32767.0, 32767.0) as i16
+}
+
+fn deg(v: f32) -> i16 {
+    f64::from(v).round().clamp(-32767.0, 32767.0) as i16
+}
+
+/// Quantizes a pose (once per entity per tick on the server).
+pub fn quantize(p: &Pose) -> QuantPose {
+    let yaw = if p.yaw_deg.is_finite() {
+        let turns = f64::from(p.yaw_deg).rem_euclid(360.0) / 360.0;
+        ((turns * f64::from(YAW_STEPS)).round() as u32 % u32::from(YAW_STEPS)) as u16
+    } else {
+        0
+    };
+    QuantPose {
+        position_mm: p.position.map(mm),
+        velocity: p.velocity.map(vel),
+        yaw,
+        movement_kind: p.movement_kind.min(MOVEMENT_KIND_MAX),
+        anim_flags: p.anim_flags,
+        head: p.head.map(|h| h.map(deg)),
+        point_at_mm: p.point_at.map(|a| a.map(mm)),
+    }
+}
+
+impl QuantPose {
+    /// Back to world units (the inverse of [`quantize`] up to its resolution).
+    pub fn to_pose(&self) -> Pose {
+        Pose {
+            position: self.position_m(),
+            velocity: self.velocity.map(|v| f32::from(v) * VELOCITY_STEP_M_S),
+            yaw_deg: self.yaw_deg(),
+            movement_kind: self.movement_kind,
+            anim_flags: self.anim_flags,
+            head: self.head.map(|h| h.map(f32::from)),
+            point_at: self.point_at_mm.map(|a| a.map(from_mm)),
+        }
+    }
+
+    /// Position in metres.
+    pub fn position_m(&self) -> [f32; 3] {
+        self.position_mm.map(from_mm)
+    }
+
+    /// Yaw in degrees, `[0, 360)`.
+    pub fn yaw_deg(&self) -> f32 {
+        (f64::from(self.yaw) * 360.0 / f64::from(YAW_STEPS)) as f32
+    }
+
+    /// Whether the quantized velocity is zero (the entity is at rest).
+    pub fn at_rest(&self) -> bool {
+        self.velocity == [0; 3]
+    }
+
+    /// Feeds the canonical bytes of this pose (the order of the fields, little endian, `0`/`1`
+    /// tags for the options) into an FNV-1a state; used by the frame check.
+    pub(crate) fn hash_into(&self, h: &mut u32) {
+        for v in self.position_mm {
+            fnv_feed(h, &v.to_le_bytes());
+        }
+        for v in self.velocity {
+            fnv_feed(h, &v.to_le_bytes());
+        }
+        fnv_feed(h, &self.yaw.to_le_bytes());
+        fnv_feed(h, &[self.movement_kind]);
+        fnv_feed(h, &self.anim_flags.to_le_bytes());
+        match self.head {
+            Some([a, b]) => {
+                fnv_feed(h, &[1]);
+                fnv_feed(h, &a.to_le_bytes());
+                fnv_feed(h, &b.to_le_bytes());
+            }
+            None => fnv_feed(h, &[0]),
+        }
+        match self.point_at_mm {
+            Some(p) => {
+                fnv_feed(h, &[1]);
+                for v in p {
+                    fnv_feed(h, &v.to_le_bytes());
+                }
+            }
+            None => fnv_feed(h, &[0]),
+        }
+    }
+}
+
+/// FNV-1a 32-bit offset basis.
+pub(crate) const FNV_OFFSET: u32 = 0x811c_9dc5;
+const FNV_PRIME: u32 = 0x0100_0193;
+
+/// Feeds bytes into an FNV-1a 32-bit state.
+pub(crate) fn fnv_feed(h: &mut u32, bytes: &[u8]) {
+    for &b in bytes {
+        *h ^= u32::from(b);
+        *h = h.wrapping_mul(FNV_PRIME);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn position_error_is_within_bound() {
+        let mut x = -POSITION_RANGE_M;
+        while x <= POSITION_RANGE_M {
+            for off in [0.0f32, 0.000_49, 0.000_5, 0.000_51, 0.123_456] {
+                let v = x + off;
+                if v.abs() > POSITION_RANGE_M {
+                    continue;
+                }
+                let q = quantize(&Pose {
+                    position: [v, -v, v * 0.5],
+                    ..Pose::default()
+                });
+                let back = q.position_m();
+                assert!(
+                    (back[0] - v).abs() <= POSITION_ERROR_M,
+                    "{v} -> {}",
+                    back[0]
+                );
+                assert!((back[1] + v).abs() <= POSITION_ERROR_M);
+                assert!((back[2] - v * 0.5).abs() <= POSITION_ERROR_M);
+            }
+            x += 13.37;
+        }
+    }
+
+    #[test]
+    fn yaw_wraps_and_rounds_to_nearest_step() {
+        let q = |y: f32| {
+            quantize(&Pose {
+                yaw_deg: y,
+                ..Pose::default()
+            })
+            .yaw
+        };
+        assert_eq!(q(0.0), 0);
+        assert_eq!(q(360.0), 0);
+        assert_eq!(q(-90.0), 384);
+        assert_eq!(q(90.0), 128);
+        assert_eq!(q(359.9), 0);
+        assert_eq!(q(f32::NAN), 0);
+        let back = quantize(&Pose {
+            yaw_deg: 123.4,
+            ..Pose::default()
+        })
+        .yaw_deg();
+        assert!((back - 123.4).abs() <= 360.0 / 1024.0 + 1e-4);
+    }
+
+    #[test]
+    fn velocity_head_point_round_trip() {
+        let p = Pose {
+            position: [1.0, 2.0, 3.0],
+            velocity: [1.42, -0.07, 0.0],
+            yaw_deg: 45.0,
+            movement_kind: 9,
+            anim_flags: 0x0101,
+            head: Some([12.4, -30.6]),
+            point_at: Some([4.0, 1.5, -2.25]),
+        };
+        let q = quantize(&p);
+        assert_eq!(q.velocity, [28, -1, 0]);
+        assert_eq!(q.movement_kind, 3);
+        assert_eq!(q.head, Some([12, -31]));
+        assert_eq!(q.point_at_mm, Some([4000, 1500, -2250]));
+        let back = q.to_pose();
+        for i in 0..3 {
+            assert!((back.velocity[i] - p.velocity[i]).abs() <= VELOCITY_STEP_M_S / 2.0 + 1e-6);
+        }
+        assert_eq!(quantize(&back), q, "quantize(to_pose(q)) == q");
+        assert!(!q.at_rest());
+    }
+
+    #[test]
+    fn non_finite_inputs_do_not_panic() {
+        let p = Pose {
+            position: [f32::NAN, f32::INFINITY, f32::NEG_INFINITY],
+            velocity: [f32::NAN, 1e30, -1e30],
+            yaw_deg: f32::INFINITY,
+            head: Some([f32::NAN, 1e9]),
+            ..Pose::default()
+        };
+        let q = quantize(&p);
+        assert_eq!(q.position_mm, [0, 4_000_000, -4_000_000]);
+        assert_eq!(q.velocity, [0, 32767, -32767]);
+        assert_eq!(q.head, Some([0, 32767]));
+    }
+}
