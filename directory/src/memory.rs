@@ -190,12 +190,17 @@ impl Directory for MemoryDirectory {
         let now = self.now_ms();
         let st = self.state.lock();
         if let Some(p) = st.live_placement(room, now) {
-            return st.nodes.get(&p.node).cloned().ok_or_else(|| {
-                DirectoryError::Unavailable(format!(
-                    "room {room} is leased by unregistered node {}",
-                    p.node
-                ))
-            });
+            return st
+                .nodes
+                .get(&p.node)
+                .filter(|n| n.heartbeat_until_ms > now)
+                .cloned()
+                .ok_or_else(|| {
+                    DirectoryError::Unavailable(format!(
+                        "room {room} is leased by unregistered node {}",
+                        p.node
+                    ))
+                });
         }
         let nodes: Vec<NodeInfo> = st.nodes.values().cloned().collect();
         policy::rendezvous_pick(room, &nodes, now)
