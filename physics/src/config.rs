@@ -50,7 +50,8 @@ pub struct PhysicsConfig {
     pub autostep_height_m: f32,
     /// Steepest slope (degrees) an avatar can walk up (default 45).
     pub max_slope_deg: f32,
-    /// Where a held prop sits relative to its holder's feet position (default `[0, 1.2, 0]`).
+    /// Where a held prop sits relative to its holder's feet position (default `[0, 1.2, 0.5]`:
+    /// chest height, clear of the 0.25 m capsule; the room core may re-place it on release).
     pub hold_offset: [f32; 3],
     /// Fastest throw (m/s); faster throws are scaled down to it (default 20).
     pub max_throw_speed_mps: f32,
@@ -74,7 +75,7 @@ impl Default for PhysicsConfig {
             capsule_radius: 0.25,
             autostep_height_m: 0.3,
             max_slope_deg: 45.0,
-            hold_offset: [0.0, 1.2, 0.0],
+            hold_offset: [0.0, 1.2, 0.5],
             max_throw_speed_mps: 20.0,
         }
     }

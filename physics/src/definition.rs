@@ -429,7 +429,10 @@ position = [1.0, 1.0, 1.0]
         if let StaticShape::Box { half_extents, .. } = &mut d.statics[0] {
             half_extents[1] = 0.0;
         }
-        assert!(matches!(d.validate(), Err(DefinitionError::InvalidShape(_))));
+        assert!(matches!(
+            d.validate(),
+            Err(DefinitionError::InvalidShape(_))
+        ));
 
         let mut d = minimal();
         d.name = " ".into();

@@ -164,7 +164,11 @@ impl ClockTracker {
 
 /// Whether every number of the claim is finite.
 pub(crate) fn claim_is_finite(c: &MoveClaim) -> bool {
-    c.position.iter().chain(c.velocity.iter()).all(|v| v.is_finite()) && c.dt_s.is_finite()
+    c.position
+        .iter()
+        .chain(c.velocity.iter())
+        .all(|v| v.is_finite())
+        && c.dt_s.is_finite()
 }
 
 /// Euclidean length of a 3-vector.

@@ -29,6 +29,9 @@ use crate::movement::{
 const SKIN_M: f32 = 0.02;
 /// The character controller's contact offset (metres).
 const CONTROLLER_OFFSET_M: f32 = 0.01;
+/// A placed or thrown prop may touch geometry by up to this much (metres) without counting
+/// as inside it (resting on a floor is touching it).
+const PLACE_SLACK_M: f32 = 0.01;
 
 /// One avatar's capsule and validation state.
 #[derive(Debug)]
@@ -49,8 +52,8 @@ struct Avatar {
 struct Prop {
     /// Its body in `world`.
     body: RigidBodyHandle,
-    /// Its shape, for placement checks.
-    shape: SharedShape,
+    /// Its shape shrunk by [`PLACE_SLACK_M`], for placement checks (touching is fine).
+    probe: SharedShape,
     /// Where it started (respawn point if it ever leaves the room).
     home: Vector,
     /// The avatar holding it, if any.
@@ -134,12 +137,14 @@ fn static_collider(s: &StaticShape) -> ColliderBuilder {
     }
 }
 
-fn prop_shape(s: &PropShape) -> SharedShape {
+/// The shape of a prop, shrunk by `shrink` metres on each side (never below 1 mm).
+fn prop_shape(s: &PropShape, shrink: f32) -> SharedShape {
+    let f = |x: f32| (x - shrink).max(0.001);
     match s {
         PropShape::Box { half_extents } => {
-            SharedShape::cuboid(half_extents[0], half_extents[1], half_extents[2])
+            SharedShape::cuboid(f(half_extents[0]), f(half_extents[1]), f(half_extents[2]))
         }
-        PropShape::Ball { radius } => SharedShape::ball(*radius),
+        PropShape::Ball { radius } => SharedShape::ball(f(*radius)),
     }
 }
 
@@ -162,15 +167,18 @@ impl RoomPhysics {
 
         let mut props = BTreeMap::new();
         for p in &def.props {
-            let shape = prop_shape(&p.shape);
+            let shape = prop_shape(&p.shape, 0.0);
+            let probe = prop_shape(&p.shape, PLACE_SLACK_M);
             let home = v(p.position);
             let body = world.insert_body(
                 RigidBodyBuilder::dynamic()
                     .translation(home)
+                    .linear_damping(0.1)
+                    .angular_damping(1.0)
                     .ccd_enabled(true),
             );
             world.insert_collider(
-                ColliderBuilder::new(shape.clone())
+                ColliderBuilder::new(shape)
                     .density(p.density)
                     .friction(0.7)
                     .restitution(0.2),
@@ -180,7 +188,7 @@ impl RoomPhysics {
                 p.id,
                 Prop {
                     body,
-                    shape,
+                    probe,
                     home,
                     holder: None,
                 },
@@ -267,8 +275,9 @@ impl RoomPhysics {
         } else {
             self.spawn
         };
-        let free =
-            |p: Vector| self.in_bounds(arr(p)) && !self.hits_statics(self.capsule_pose(p), &self.capsule);
+        let free = |p: Vector| {
+            self.in_bounds(arr(p)) && !self.hits_statics(self.capsule_pose(p), &self.capsule)
+        };
         if free(start) {
             return start;
         }
@@ -388,8 +397,8 @@ impl RoomPhysics {
             return reject(RejectReason::OutOfBounds);
         }
         let dist = distance(claimed.position, arr(current));
-        let placement = (avatar.pending_placement || claimed.is_instant)
-            && dist <= self.cfg.tolerance_m;
+        let placement =
+            (avatar.pending_placement || claimed.is_instant) && dist <= self.cfg.tolerance_m;
         if !placement {
             if claimed.is_instant {
                 return reject(RejectReason::Teleport);
@@ -534,8 +543,6 @@ impl RoomPhysics {
         let Some(b) = self.world.bodies.get_mut(p.body) else {
             return;
         };
-        b.set_linvel(Vector::ZERO, true);
-        b.set_angvel(Vector::ZERO, true);
         match holder_pos {
             Some(pos) => {
                 b.set_body_type(RigidBodyType::KinematicPositionBased, true);
@@ -543,6 +550,8 @@ impl RoomPhysics {
             }
             None => b.set_body_type(RigidBodyType::Dynamic, true),
         }
+        b.set_linvel(Vector::ZERO, true);
+        b.set_angvel(Vector::ZERO, true);
     }
 
     /// Puts a prop at `at` (its centre), at rest and released. Refused if `at` is non-finite,
@@ -609,7 +618,7 @@ impl RoomPhysics {
         let Some(p) = self.props.get(&prop) else {
             return reject(RejectReason::UnknownEntity);
         };
-        if self.hits_statics(Pose::from_translation(v(at)), p.shape.as_ref()) {
+        if self.hits_statics(Pose::from_translation(v(at)), p.probe.as_ref()) {
             return reject(RejectReason::Blocked);
         }
         let body = p.body;

@@ -2,8 +2,7 @@
 //! determinism.
 
 use plaza_physics::{
-    MoveClaim, MoveOutcome, MoveRejection, PhysicsConfig, RejectReason, RoomDefinition,
-    RoomPhysics,
+    MoveClaim, MoveOutcome, MoveRejection, PhysicsConfig, RejectReason, RoomDefinition, RoomPhysics,
 };
 
 /// A 20 m square room: floor top at y = 0, a wall whose inner face is at x = 5.
@@ -172,8 +171,8 @@ fn out_of_bounds_is_rejected() {
 
 #[test]
 fn teleport_jump_is_rejected_and_server_teleport_allows_it() {
-    let (mut room, mut now) = room_with_avatar([-5.0, 0.0, -5.0]);
-    let far = [-5.0, 0.0, 5.0 + 40.0 - 40.0]; // 10 m away: beyond any single move of 1 s
+    let (mut room, mut now) = room_with_avatar([-5.0, 0.0, -8.0]);
+    let far = [-5.0, 0.0, 8.0]; // 16 m away: beyond any single move (12 m/s x 1 s + 0.25 m)
     let e = rejected(room.validate_and_move(1, claim(far, 0.1), now + 100));
     assert_eq!(e.reason, RejectReason::Teleport);
     // Even claiming a long time since the last move.
@@ -185,8 +184,15 @@ fn teleport_jump_is_rejected_and_server_teleport_allows_it() {
     // A 50 m jump (the seed's case) in a bigger room.
     let mut big = RoomPhysics::new(&RoomDefinition::default_plaza(), PhysicsConfig::default());
     let start = big.add_avatar(9, [-25.0, 0.0, -25.0]);
-    big.validate_and_move(9, MoveClaim { is_instant: true, ..claim(start, 0.1) }, 0)
-        .unwrap();
+    big.validate_and_move(
+        9,
+        MoveClaim {
+            is_instant: true,
+            ..claim(start, 0.1)
+        },
+        0,
+    )
+    .unwrap();
     let e = rejected(big.validate_and_move(9, claim([25.0, 0.0, -25.0], 0.1), 100));
     assert_eq!(e.reason, RejectReason::Teleport);
     assert_eq!(e.authoritative, start);
@@ -194,15 +200,27 @@ fn teleport_jump_is_rejected_and_server_teleport_allows_it() {
     big.teleport(9, [25.0, 0.0, -25.0]);
     assert_eq!(big.avatar_position(9), Some([25.0, 0.0, -25.0]));
     let out = big
-        .validate_and_move(9, MoveClaim { is_instant: true, ..claim([25.0, 0.0, -25.0], 0.1) }, 200)
+        .validate_and_move(
+            9,
+            MoveClaim {
+                is_instant: true,
+                ..claim([25.0, 0.0, -25.0], 0.1)
+            },
+            200,
+        )
         .unwrap();
     assert_eq!(out.position, [25.0, 0.0, -25.0]);
-    assert!(big.validate_and_move(9, claim([24.5, 0.0, -25.0], 0.1), 300).is_ok());
+    assert!(
+        big.validate_and_move(9, claim([24.5, 0.0, -25.0], 0.1), 300)
+            .is_ok()
+    );
 
     // Back in the small room: a server teleport, then a walk from the new spot.
     room.teleport(1, far);
-    let out = room.validate_and_move(1, claim([-5.0, 0.0, 5.5], 0.1), now + 100).unwrap();
-    assert!(dist(out.position, [-5.0, 0.0, 5.5]) < 1e-3);
+    let out = room
+        .validate_and_move(1, claim([-5.0, 0.0, 7.5], 0.1), now + 100)
+        .unwrap();
+    assert!(dist(out.position, [-5.0, 0.0, 7.5]) < 1e-3);
 }
 
 #[test]
@@ -238,7 +256,7 @@ fn first_move_after_join_is_placement_only_within_tolerance() {
         .unwrap();
     assert!(dist(out.position, [0.2, 0.0, 0.0]) < 1e-3);
     // After that the placement grace is gone: the same tiny dt cannot cover 0.2 m.
-    let e = rejected(room.validate_and_move(1, claim([0.0, 0.0, 0.0], 0.001), 20));
+    let e = rejected(room.validate_and_move(1, claim([-0.2, 0.0, 0.0], 0.001), 20));
     assert_eq!(e.reason, RejectReason::Speed);
 }
 
@@ -247,12 +265,19 @@ fn walls_stop_avatars_and_they_slide_along() {
     let (mut room, mut now) = room_with_avatar([4.0, 0.0, 0.0]);
     // Straight through the wall (inner face x = 5, capsule radius 0.25).
     now += 100;
-    let out = room.validate_and_move(1, claim([4.9, 0.0, 0.0], 0.1), now).unwrap();
+    let out = room
+        .validate_and_move(1, claim([4.9, 0.0, 0.0], 0.1), now)
+        .unwrap();
     assert!(out.blocked, "{out:?}");
-    assert!(out.position[0] <= 4.75 + 1e-3 && out.position[0] > 4.6, "{out:?}");
+    assert!(
+        out.position[0] <= 4.75 + 1e-3 && out.position[0] > 4.6,
+        "{out:?}"
+    );
     // Diagonal into the wall: x is stopped, z slides.
     now += 100;
-    let out = room.validate_and_move(1, claim([5.3, 0.0, 1.0], 0.1), now).unwrap();
+    let out = room
+        .validate_and_move(1, claim([5.3, 0.0, 1.0], 0.1), now)
+        .unwrap();
     assert!(out.blocked);
     assert!(out.position[0] <= 4.75 + 1e-3, "{out:?}");
     assert!(out.position[2] > 0.8, "did not slide: {out:?}");
@@ -279,7 +304,9 @@ fn a_claim_far_beyond_a_wall_is_blocked() {
 #[test]
 fn floors_are_not_passed_through() {
     let (mut room, now) = room_with_avatar([0.0, 0.0, 0.0]);
-    let out = room.validate_and_move(1, claim([0.0, -0.8, 0.0], 0.1), now + 100).unwrap();
+    let out = room
+        .validate_and_move(1, claim([0.0, -0.8, 0.0], 0.1), now + 100)
+        .unwrap();
     assert!(out.blocked);
     assert!(out.position[1] > -0.05, "{out:?}");
 }
@@ -342,14 +369,20 @@ fn props_fall_and_rest_on_the_floor() {
     assert_eq!(room.prop_position(7), Some([-3.0, 3.0, -3.0]));
     settle(&mut room, 250);
     let p = room.prop_position(7).unwrap();
-    assert!((p[1] - 0.25).abs() < 0.05, "box not resting on floor: {p:?}");
+    assert!(
+        (p[1] - 0.25).abs() < 0.05,
+        "box not resting on floor: {p:?}"
+    );
     assert!(dist([p[0], 0.0, p[2]], [-3.0, 0.0, -3.0]) < 0.1);
     let b = room.prop_position(8).unwrap();
     assert!((b[1] - 0.2).abs() < 0.05, "{b:?}");
     // At rest: another second changes nothing noticeable.
     settle(&mut room, 50);
     assert!(dist(room.prop_position(7).unwrap(), p) < 0.01);
-    assert_eq!(room.props().map(|(id, _)| id).collect::<Vec<_>>(), vec![7, 8]);
+    assert_eq!(
+        room.props().map(|(id, _)| id).collect::<Vec<_>>(),
+        vec![7, 8]
+    );
 }
 
 #[test]
@@ -366,14 +399,18 @@ fn held_prop_follows_holder_and_drops_when_released() {
         }
         let a = room.avatar_position(1).unwrap();
         let p = room.prop_position(8).unwrap();
-        assert!(dist(p, [a[0], a[1] + 1.2, a[2]]) < 1e-3, "prop {p:?} avatar {a:?}");
+        assert!(
+            dist(p, [a[0], a[1] + 1.2, a[2] + 0.5]) < 1e-3,
+            "prop {p:?} avatar {a:?}"
+        );
     }
     room.set_prop_held(8, None);
     assert_eq!(room.prop_holder(8), None);
     settle(&mut room, 150);
     let p = room.prop_position(8).unwrap();
+    // Dropped straight down in front of the holder (now at x = 3, z = 3).
     assert!((p[1] - 0.2).abs() < 0.05, "{p:?}");
-    assert!((p[0] - 3.0).abs() < 0.5, "{p:?}");
+    assert!(dist([p[0], 0.0, p[2]], [3.0, 0.0, 3.5]) < 0.1, "{p:?}");
 }
 
 #[test]
@@ -414,13 +451,21 @@ fn place_prop_checks_the_spot() {
 #[test]
 fn thrown_prop_flies_lands_and_is_stopped_by_walls() {
     let mut room = RoomPhysics::new(&walled_room(), PhysicsConfig::default());
-    room.throw_prop(8, [0.0, 1.5, 0.0], [-6.0, 3.0, 0.0]);
+    room.throw_prop(7, [0.0, 1.5, 0.0], [-4.0, 3.0, 0.0]);
     settle(&mut room, 20);
-    let mid = room.prop_position(8).unwrap();
-    assert!(mid[0] < -1.0 && mid[1] > 0.5, "{mid:?}");
-    settle(&mut room, 400);
-    let end = room.prop_position(8).unwrap();
-    assert!(end[0] < -3.0 && (end[1] - 0.2).abs() < 0.05, "{end:?}");
+    let mid = room.prop_position(7).unwrap();
+    assert!(mid[0] < -1.0 && mid[1] > 1.5, "{mid:?}");
+    settle(&mut room, 500);
+    let end = room.prop_position(7).unwrap();
+    assert!(
+        end[0] < -3.0 && end[0] > -9.8 && (end[1] - 0.25).abs() < 0.05,
+        "{end:?}"
+    );
+    settle(&mut room, 50);
+    assert!(
+        dist(room.prop_position(7).unwrap(), end) < 0.02,
+        "not at rest"
+    );
 
     // A very fast throw at the wall is capped and never ends up beyond it.
     room.throw_prop(8, [0.0, 1.0, 0.0], [1000.0, 0.0, 0.0]);
@@ -455,7 +500,11 @@ fn scripted_run(seed: u64, steps: u64) -> (u64, RoomPhysics) {
         if step % 5 == 0 {
             for e in 0..20u32 {
                 let p = room.avatar_position(e).unwrap();
-                let to = [p[0] + (next() - 0.5) * 2.0, 0.0, p[2] + (next() - 0.5) * 2.0];
+                let to = [
+                    p[0] + (next() - 0.5) * 2.0,
+                    0.0,
+                    p[2] + (next() - 0.5) * 2.0,
+                ];
                 let _ = room.validate_and_move(e, claim(to, 0.1), now);
             }
         }
@@ -465,7 +514,11 @@ fn scripted_run(seed: u64, steps: u64) -> (u64, RoomPhysics) {
         }
         if step % 131 == 0 {
             let prop = 1 + (step / 131 % 4) as u32;
-            room.throw_prop(prop, [0.0, 2.0, -5.0], [next() * 8.0 - 4.0, 4.0, next() * 8.0 - 4.0]);
+            room.throw_prop(
+                prop,
+                [0.0, 2.0, -5.0],
+                [next() * 8.0 - 4.0, 4.0, next() * 8.0 - 4.0],
+            );
         }
         room.step();
     }
@@ -481,4 +534,24 @@ fn determinism_same_inputs_same_state_hash_after_1000_steps() {
     // The hash does depend on the inputs (so the test above can fail).
     let (c, _) = scripted_run(43, 1000);
     assert_ne!(a, c);
+}
+
+#[test]
+fn a_prop_that_leaves_the_room_respawns_at_home() {
+    let mut def = walled_room();
+    def.bounds_max[1] = 8.0;
+    let mut room = RoomPhysics::new(&def, PhysicsConfig::default());
+    // Straight up at the capped 20 m/s: it rises above the 8 m ceiling of the bounds.
+    room.throw_prop(8, [0.0, 1.0, 0.0], [0.0, 500.0, 0.0]);
+    let mut left = false;
+    for _ in 0..200 {
+        room.step();
+        let p = room.prop_position(8).unwrap();
+        assert!(p[1] <= 8.0 + 0.5, "{p:?}");
+        if dist(p, [-3.0, 0.2, 3.0]) < 1e-3 {
+            left = true;
+            break;
+        }
+    }
+    assert!(left, "prop never respawned");
 }
