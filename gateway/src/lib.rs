@@ -1,1 +1,208 @@
-//! (skeleton)
+//! The Plaza gateway: the client WebSocket edge.
+//!
+//! Clients connect to `/v1/ws` and speak `plaza.v1` envelopes, one per binary frame. The gateway
+//! negotiates the version, authenticates (dev mode issues guests), enforces limits (frame size,
+//! input rates, a bounded outbound queue, the handshake deadline), pins each session to the
+//! node that hosts its room over the `RoomHost` gRPC service, and closes every refused
+//! connection with a typed code ([`close::CloseCode`]).
+//!
+//! # Layout
+//! * [`session`]: one connection, end to end.
+//! * [`router`]: the router actor that owns session → node routes and node channels.
+//! * [`limits`], [`queue`]: the per-session limits and the bounded outbound queue.
+//! * [`auth`]: the authentication seam; [`resume`]: resume tokens.
+//! * [`close`]: close codes; [`metrics`]: Prometheus metrics.
+
+pub mod auth;
+pub mod close;
+pub mod limits;
+pub mod metrics;
+pub mod queue;
+pub mod resume;
+pub mod router;
+pub mod session;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router as HttpRouter;
+use axum::extract::State;
+use axum::extract::ws::WebSocketUpgrade;
+use axum::response::IntoResponse;
+use axum::routing::get;
+use axum::serve::ListenerExt as _;
+use plaza_directory::SharedDirectory;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use crate::auth::{Authenticator, DevAuthenticator};
+use crate::limits::Limits;
+use crate::metrics::GatewayMetrics;
+use crate::resume::ResumeStore;
+use crate::router::Router;
+
+/// How a gateway runs.
+#[derive(Clone, Debug)]
+pub struct GatewayConfig {
+    /// Where clients connect.
+    pub listen: SocketAddr,
+    /// Per-session limits.
+    pub limits: Limits,
+    /// How long a resume token stays valid after its connection dropped.
+    pub resume_ttl: Duration,
+    /// Most connections open at once; beyond it new connections are refused with 503.
+    pub max_connections: usize,
+}
+
+impl Default for GatewayConfig {
+    fn default() -> Self {
+        Self {
+            listen: ([127, 0, 0, 1], 7777).into(),
+            limits: Limits::default(),
+            resume_ttl: Duration::from_secs(30),
+            max_connections: 20_000,
+        }
+    }
+}
+
+/// Errors starting a gateway.
+#[derive(Debug, thiserror::Error)]
+pub enum GatewayError {
+    /// The listener could not be bound.
+    #[error("bind {addr}: {source}")]
+    Bind {
+        /// The address.
+        addr: SocketAddr,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The router actor could not start.
+    #[error("router: {0}")]
+    Router(#[from] router::PinError),
+}
+
+/// What every session of a gateway shares.
+pub(crate) struct Shared {
+    pub(crate) limits: Limits,
+    pub(crate) auth: Arc<dyn Authenticator>,
+    pub(crate) router: Router,
+    pub(crate) metrics: GatewayMetrics,
+    pub(crate) resume: ResumeStore,
+    pub(crate) shutdown: watch::Receiver<bool>,
+    pub(crate) connections: Arc<tokio::sync::Semaphore>,
+}
+
+/// A running gateway.
+pub struct Gateway {
+    addr: SocketAddr,
+    shutdown: watch::Sender<bool>,
+    server: JoinHandle<()>,
+    router: Router,
+    metrics: GatewayMetrics,
+}
+
+impl Gateway {
+    /// Binds the client listener and starts serving `/v1/ws`.
+    pub async fn start(
+        cfg: GatewayConfig,
+        directory: SharedDirectory,
+        metrics: GatewayMetrics,
+    ) -> Result<Self, GatewayError> {
+        Self::start_with_auth(cfg, directory, metrics, Arc::new(DevAuthenticator)).await
+    }
+
+    /// As [`Gateway::start`], with an explicit authenticator.
+    pub async fn start_with_auth(
+        cfg: GatewayConfig,
+        directory: SharedDirectory,
+        metrics: GatewayMetrics,
+        auth: Arc<dyn Authenticator>,
+    ) -> Result<Self, GatewayError> {
+        let listener = TcpListener::bind(cfg.listen)
+            .await
+            .map_err(|source| GatewayError::Bind {
+                addr: cfg.listen,
+                source,
+            })?;
+        let addr = listener.local_addr().map_err(|source| GatewayError::Bind {
+            addr: cfg.listen,
+            source,
+        })?;
+        let router = Router::start(directory).await?;
+        let (shutdown, shutdown_rx) = watch::channel(false);
+        let shared = Arc::new(Shared {
+            limits: cfg.limits.clone(),
+            auth,
+            router: router.clone(),
+            metrics: metrics.clone(),
+            resume: ResumeStore::new(cfg.resume_ttl, cfg.max_connections * 2),
+            shutdown: shutdown_rx.clone(),
+            connections: Arc::new(tokio::sync::Semaphore::new(cfg.max_connections)),
+        });
+        let app = HttpRouter::new()
+            .route("/v1/ws", get(ws_handler))
+            .with_state(shared);
+        let mut stop = shutdown_rx;
+        let server = tokio::spawn(async move {
+            // TCP_NODELAY: frames are small and latency-bound.
+            let listener = listener.tap_io(|tcp| {
+                let _ = tcp.set_nodelay(true);
+            });
+            let res = axum::serve(listener, app)
+                .with_graceful_shutdown(async move {
+                    let _ = stop.wait_for(|s| *s).await;
+                })
+                .await;
+            if let Err(e) = res {
+                tracing::error!(error = %e, "gateway server stopped with an error");
+            }
+        });
+        tracing::info!(%addr, "gateway listening on /v1/ws");
+        Ok(Self {
+            addr,
+            shutdown,
+            server,
+            router,
+            metrics,
+        })
+    }
+
+    /// The bound client address.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The gateway's metrics.
+    pub fn metrics(&self) -> &GatewayMetrics {
+        &self.metrics
+    }
+
+    /// Number of sessions pinned to rooms.
+    pub async fn pinned_sessions(&self) -> usize {
+        self.router.count().await
+    }
+
+    /// Stops accepting, closes every session with going-away (1001), waits for them (bounded).
+    pub async fn shutdown(self, grace: Duration) {
+        let _ = self.shutdown.send(true);
+        let _ = tokio::time::timeout(grace, self.server).await;
+        self.router.stop();
+    }
+}
+
+async fn ws_handler(ws: WebSocketUpgrade, State(shared): State<Arc<Shared>>) -> axum::response::Response {
+    let Ok(permit) = shared.connections.clone().try_acquire_owned() else {
+        return (axum::http::StatusCode::SERVICE_UNAVAILABLE, "too many connections").into_response();
+    };
+    let max = shared.limits.max_frame_bytes;
+    // The WebSocket layer refuses frames past 4x the cap before allocating them; frames between
+    // the cap and that are refused by the session. Both close with 1009.
+    ws.max_message_size(max * 4)
+        .max_frame_size(max * 4)
+        .on_upgrade(move |socket| async move {
+            session::run(socket, shared).await;
+            drop(permit);
+        })
+}

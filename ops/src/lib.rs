@@ -1,1 +1,167 @@
-//! (skeleton)
+//! Plaza operations: configuration, the admin endpoints (health, readiness, Prometheus
+//! metrics), telemetry setup, and the composition of roles that the `plaza` binary runs.
+//!
+//! # Layout
+//! * [`config`]: layered configuration (defaults → file → env) with provenance.
+//! * [`admin`]: `/healthz`, `/readyz`, `/metrics`.
+//! * this module: [`Plaza`], a running set of roles (`up` = every role in one process with the
+//!   embedded directory; `node`; `gateway`), and its orderly shutdown.
+
+pub mod admin;
+pub mod config;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use plaza_directory::{MemoryDirectory, RedisDirectory, RedisOptions, SharedDirectory};
+use plaza_gateway::Gateway;
+use plaza_gateway::metrics::GatewayMetrics;
+use plaza_room_actor::Node;
+use plaza_room_actor::metrics::NodeMetrics;
+use prometheus_client::registry::Registry;
+
+use crate::admin::{Admin, AdminState};
+use crate::config::PlazaConfig;
+
+/// Which roles a process runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Roles {
+    /// Gateway + node + embedded (or Redis) directory in one process.
+    All,
+    /// A room node only.
+    Node,
+    /// A gateway only.
+    Gateway,
+}
+
+/// A running Plaza process.
+pub struct Plaza {
+    gateway: Option<Gateway>,
+    node: Option<Node>,
+    admin: Admin,
+    directory: SharedDirectory,
+}
+
+impl std::fmt::Debug for Plaza {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Plaza")
+            .field("ws_addr", &self.ws_addr())
+            .field("node_addr", &self.node_addr())
+            .field("admin_addr", &self.admin_addr())
+            .finish()
+    }
+}
+
+impl Plaza {
+    /// Starts `roles` as `cfg` says.
+    pub async fn start(cfg: &PlazaConfig, roles: Roles) -> anyhow::Result<Self> {
+        let directory = open_directory(cfg, roles).await?;
+        Self::start_with_directory(cfg, roles, directory).await
+    }
+
+    /// Starts `roles` over an existing directory (tests share one between processes' roles).
+    pub async fn start_with_directory(
+        cfg: &PlazaConfig,
+        roles: Roles,
+        directory: SharedDirectory,
+    ) -> anyhow::Result<Self> {
+        let mut registry = Registry::default();
+        let node_metrics = NodeMetrics::default();
+        let gateway_metrics = GatewayMetrics::default();
+        let node = if matches!(roles, Roles::All | Roles::Node) {
+            node_metrics.register(&mut registry);
+            Some(Node::start(cfg.node_config(), directory.clone(), node_metrics).await?)
+        } else {
+            None
+        };
+        let gateway = if matches!(roles, Roles::All | Roles::Gateway) {
+            gateway_metrics.register(&mut registry);
+            Some(Gateway::start(cfg.gateway_config(), directory.clone(), gateway_metrics).await?)
+        } else {
+            None
+        };
+        let state = Arc::new(AdminState::new(registry, directory.clone()));
+        let admin = Admin::start(cfg.admin.listen, state).await?;
+        admin.set_ready(true);
+        Ok(Self {
+            gateway,
+            node,
+            admin,
+            directory,
+        })
+    }
+
+    /// The gateway's client address (`ws://ADDR/v1/ws`), if this process runs one.
+    pub fn ws_addr(&self) -> Option<SocketAddr> {
+        self.gateway.as_ref().map(Gateway::addr)
+    }
+
+    /// The node's gRPC address, if this process runs one.
+    pub fn node_addr(&self) -> Option<SocketAddr> {
+        self.node.as_ref().map(Node::addr)
+    }
+
+    /// The admin address.
+    pub fn admin_addr(&self) -> SocketAddr {
+        self.admin.addr()
+    }
+
+    /// The directory this process uses.
+    pub fn directory(&self) -> &SharedDirectory {
+        &self.directory
+    }
+
+    /// The node, if this process runs one.
+    pub fn node(&self) -> Option<&Node> {
+        self.node.as_ref()
+    }
+
+    /// Orderly shutdown: not ready; stop accepting and close sessions with going-away; stop
+    /// rooms; stop the admin server.
+    pub async fn shutdown(self) {
+        self.admin.set_ready(false);
+        if let Some(g) = self.gateway {
+            g.shutdown(Duration::from_secs(5)).await;
+        }
+        if let Some(n) = self.node {
+            n.shutdown().await;
+        }
+        self.admin.shutdown().await;
+    }
+}
+
+async fn open_directory(cfg: &PlazaConfig, roles: Roles) -> anyhow::Result<SharedDirectory> {
+    let url = cfg.directory.redis_url.trim();
+    if url.is_empty() {
+        anyhow::ensure!(
+            roles == Roles::All,
+            "`plaza node` and `plaza gateway` need a shared directory: set --redis URL \
+             (or directory.redis_url / PLAZA__DIRECTORY__REDIS_URL)"
+        );
+        return Ok(Arc::new(MemoryDirectory::new()));
+    }
+    let opts = RedisOptions {
+        prefix: cfg.directory.key_prefix.clone(),
+        ..RedisOptions::default()
+    };
+    let dir = RedisDirectory::connect_with(url, boot_era(), opts).await?;
+    Ok(Arc::new(dir))
+}
+
+/// This process's boot era for fencing epochs: wall-clock milliseconds at start, so a node that
+/// restarts (or a Redis that lost its data) never re-issues an older epoch.
+fn boot_era() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// Installs the tracing subscriber (`RUST_LOG` overrides `telemetry.log`).
+pub fn init_tracing(cfg: &PlazaConfig) {
+    use tracing_subscriber::EnvFilter;
+    let filter = EnvFilter::try_from_default_env()
+        .or_else(|_| EnvFilter::try_new(&cfg.telemetry.log))
+        .unwrap_or_else(|_| EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt().with_env_filter(filter).try_init();
+}

@@ -1,0 +1,123 @@
+//! Prometheus metrics of a gateway. Labels carry only bounded values (codes, reasons).
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+use crate::close::CloseCode;
+
+/// A bounded label value.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct Label {
+    /// The code or reason.
+    pub reason: String,
+}
+
+/// The gateway's metrics; cheap to clone.
+#[derive(Clone, Debug)]
+pub struct GatewayMetrics {
+    /// Open client sessions.
+    pub sessions: Gauge,
+    /// WebSocket payload bytes received from clients.
+    pub bytes_in: Counter,
+    /// WebSocket payload bytes sent to clients.
+    pub bytes_out: Counter,
+    /// Frames sent to clients.
+    pub frames_out: Counter,
+    /// Connections closed, by close code name.
+    pub closes: Family<Label, Counter>,
+    /// Client messages dropped, by reason.
+    pub inputs_dropped: Family<Label, Counter>,
+    /// Outbound queue overflows (slow clients).
+    pub overflows: Counter,
+    /// Resume events, by outcome.
+    pub resumes: Family<Label, Counter>,
+    /// Time to resume a session after its room stream broke.
+    pub resume_seconds: Histogram,
+}
+
+impl Default for GatewayMetrics {
+    fn default() -> Self {
+        Self {
+            sessions: Gauge::default(),
+            bytes_in: Counter::default(),
+            bytes_out: Counter::default(),
+            frames_out: Counter::default(),
+            closes: Family::default(),
+            inputs_dropped: Family::default(),
+            overflows: Counter::default(),
+            resumes: Family::default(),
+            resume_seconds: Histogram::new(exponential_buckets(0.01, 2.0, 14)),
+        }
+    }
+}
+
+impl GatewayMetrics {
+    /// Registers every metric in `registry`.
+    pub fn register(&self, registry: &mut Registry) {
+        let r = registry.sub_registry_with_prefix("plaza_gateway");
+        r.register("sessions", "Open client sessions", self.sessions.clone());
+        r.register(
+            "received_bytes",
+            "WebSocket payload bytes received from clients",
+            self.bytes_in.clone(),
+        );
+        r.register(
+            "sent_bytes",
+            "WebSocket payload bytes sent to clients",
+            self.bytes_out.clone(),
+        );
+        r.register("frames_sent", "Frames sent to clients", self.frames_out.clone());
+        r.register(
+            "closes",
+            "Client connections closed, by close code",
+            self.closes.clone(),
+        );
+        r.register(
+            "inputs_dropped",
+            "Client messages dropped, by reason",
+            self.inputs_dropped.clone(),
+        );
+        r.register(
+            "queue_overflows",
+            "Outbound queue overflows (slow clients)",
+            self.overflows.clone(),
+        );
+        r.register("resumes", "Session resume events, by outcome", self.resumes.clone());
+        r.register(
+            "resume_duration_seconds",
+            "Time to resume a session after its room stream broke",
+            self.resume_seconds.clone(),
+        );
+    }
+
+    /// Counts a close.
+    pub fn close(&self, code: CloseCode) {
+        self.closes
+            .get_or_create(&Label {
+                reason: code.name().to_owned(),
+            })
+            .inc();
+    }
+
+    /// Counts a dropped client message.
+    pub fn dropped(&self, reason: &str) {
+        self.inputs_dropped
+            .get_or_create(&Label {
+                reason: reason.to_owned(),
+            })
+            .inc();
+    }
+
+    /// Counts a resume event.
+    pub fn resume(&self, outcome: &str) {
+        self.resumes
+            .get_or_create(&Label {
+                reason: outcome.to_owned(),
+            })
+            .inc();
+    }
+}

@@ -1,0 +1,262 @@
+//! The gateway router actor: owns the session → room-node routes and one HTTP/2 channel per
+//! room node.
+//!
+//! Pinning resolves the room's placement in the directory (placing it on a live node if it has
+//! none), reuses the node's channel, and records the route. A route is dropped when its session
+//! ends; `invalidate` forgets a room's cached placement after its node failed, so the next pin
+//! resolves afresh.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use plaza_directory::SharedDirectory;
+use plaza_proto::node::room_host_client::RoomHostClient;
+use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
+use tonic::transport::{Channel, Endpoint};
+
+/// Where a session is pinned.
+#[derive(Clone, Debug)]
+pub struct Route {
+    /// The room node's id.
+    pub node_id: String,
+    /// Its gRPC address.
+    pub addr: String,
+    /// A client on the node's shared channel.
+    pub client: RoomHostClient<Channel>,
+}
+
+/// Why a pin failed.
+#[derive(Clone, Debug, thiserror::Error)]
+pub enum PinError {
+    /// No live node can take the room.
+    #[error("no room node available")]
+    NoNode,
+    /// The directory failed.
+    #[error("directory: {0}")]
+    Directory(String),
+    /// The node's address is not a valid endpoint.
+    #[error("bad node address {0}")]
+    BadAddress(String),
+    /// The router is gone.
+    #[error("router unavailable")]
+    Unavailable,
+}
+
+/// Router messages.
+#[derive(Debug)]
+pub enum RouterMsg {
+    /// Pin `session` to the node of `room`.
+    Pin {
+        /// The session.
+        session: u64,
+        /// The room.
+        room: String,
+        /// Answer.
+        reply: RpcReplyPort<Result<Route, PinError>>,
+    },
+    /// The session ended.
+    Unpin {
+        /// The session.
+        session: u64,
+    },
+    /// Forget the cached placement of `room`.
+    Invalidate {
+        /// The room.
+        room: String,
+    },
+    /// Number of pinned sessions.
+    Count {
+        /// Answer.
+        reply: RpcReplyPort<usize>,
+    },
+}
+
+/// The router actor.
+#[derive(Debug)]
+pub struct RouterActor;
+
+/// Router state.
+pub struct RouterState {
+    directory: SharedDirectory,
+    /// session → (room, node id).
+    routes: HashMap<u64, (String, String)>,
+    /// room → node id (cached placement).
+    placements: HashMap<String, String>,
+    /// node id → route (address and channel).
+    nodes: HashMap<String, Route>,
+}
+
+impl Actor for RouterActor {
+    type Msg = RouterMsg;
+    type State = RouterState;
+    type Arguments = SharedDirectory;
+
+    async fn pre_start(
+        &self,
+        _myself: ActorRef<RouterMsg>,
+        directory: SharedDirectory,
+    ) -> Result<RouterState, ActorProcessingErr> {
+        Ok(RouterState {
+            directory,
+            routes: HashMap::new(),
+            placements: HashMap::new(),
+            nodes: HashMap::new(),
+        })
+    }
+
+    async fn handle(
+        &self,
+        _myself: ActorRef<RouterMsg>,
+        msg: RouterMsg,
+        state: &mut RouterState,
+    ) -> Result<(), ActorProcessingErr> {
+        match msg {
+            RouterMsg::Pin {
+                session,
+                room,
+                reply,
+            } => {
+                if reply.is_closed() {
+                    return Ok(());
+                }
+                let res = state.pin(session, &room).await;
+                let _ = reply.send(res);
+            }
+            RouterMsg::Unpin { session } => {
+                state.routes.remove(&session);
+            }
+            RouterMsg::Invalidate { room } => {
+                state.placements.remove(&room);
+            }
+            RouterMsg::Count { reply } => {
+                let _ = reply.send(state.routes.len());
+            }
+        }
+        Ok(())
+    }
+}
+
+impl RouterState {
+    async fn pin(&mut self, session: u64, room: &str) -> Result<Route, PinError> {
+        let node_id = match self.placements.get(room) {
+            Some(n) if self.nodes.contains_key(n) => n.clone(),
+            _ => {
+                let d = &self.directory;
+                let node = match d
+                    .resolve(room)
+                    .await
+                    .map_err(|e| PinError::Directory(e.to_string()))?
+                {
+                    Some(p) => {
+                        let nodes = d
+                            .live_nodes()
+                            .await
+                            .map_err(|e| PinError::Directory(e.to_string()))?;
+                        match nodes.into_iter().find(|n| n.id == p.node) {
+                            Some(n) => n,
+                            None => d.place(room).await.map_err(|_| PinError::NoNode)?,
+                        }
+                    }
+                    None => d.place(room).await.map_err(|_| PinError::NoNode)?,
+                };
+                if !self.nodes.get(&node.id).is_some_and(|r| r.addr == node.addr) {
+                    let route = connect(&node.id, &node.addr)?;
+                    self.nodes.insert(node.id.clone(), route);
+                }
+                self.placements.insert(room.to_owned(), node.id.clone());
+                node.id
+            }
+        };
+        let route = self.nodes.get(&node_id).cloned().ok_or(PinError::NoNode)?;
+        self.routes
+            .insert(session, (room.to_owned(), node_id));
+        Ok(route)
+    }
+}
+
+fn connect(node_id: &str, addr: &str) -> Result<Route, PinError> {
+    let uri = if addr.starts_with("http://") || addr.starts_with("https://") {
+        addr.to_owned()
+    } else {
+        format!("http://{addr}")
+    };
+    let ep = Endpoint::from_shared(uri).map_err(|_| PinError::BadAddress(addr.to_owned()))?;
+    let channel = ep
+        .tcp_nodelay(true)
+        .connect_timeout(Duration::from_secs(3))
+        .http2_keep_alive_interval(Duration::from_secs(10))
+        .keep_alive_timeout(Duration::from_secs(20))
+        .initial_stream_window_size(256 * 1024)
+        .initial_connection_window_size(16 * 1024 * 1024)
+        .connect_lazy();
+    Ok(Route {
+        node_id: node_id.to_owned(),
+        addr: addr.to_owned(),
+        client: RoomHostClient::new(channel),
+    })
+}
+
+/// A handle to the router actor.
+#[derive(Clone, Debug)]
+pub struct Router {
+    actor: ActorRef<RouterMsg>,
+}
+
+impl Router {
+    /// Starts the router.
+    pub async fn start(directory: SharedDirectory) -> Result<Self, PinError> {
+        let (actor, _) = Actor::spawn(None, RouterActor, directory)
+            .await
+            .map_err(|_| PinError::Unavailable)?;
+        Ok(Self { actor })
+    }
+
+    /// Pins `session` to the node of `room`.
+    pub async fn pin(&self, session: u64, room: &str) -> Result<Route, PinError> {
+        let room = room.to_owned();
+        match self
+            .actor
+            .call(
+                |reply| RouterMsg::Pin {
+                    session,
+                    room,
+                    reply,
+                },
+                Some(Duration::from_secs(10)),
+            )
+            .await
+        {
+            Ok(ractor::rpc::CallResult::Success(r)) => r,
+            _ => Err(PinError::Unavailable),
+        }
+    }
+
+    /// Drops the session's route.
+    pub fn unpin(&self, session: u64) {
+        let _ = self.actor.cast(RouterMsg::Unpin { session });
+    }
+
+    /// Forgets the cached placement of `room`.
+    pub fn invalidate(&self, room: &str) {
+        let _ = self.actor.cast(RouterMsg::Invalidate {
+            room: room.to_owned(),
+        });
+    }
+
+    /// Number of pinned sessions.
+    pub async fn count(&self) -> usize {
+        match self
+            .actor
+            .call(|reply| RouterMsg::Count { reply }, Some(Duration::from_secs(5)))
+            .await
+        {
+            Ok(ractor::rpc::CallResult::Success(n)) => n,
+            _ => 0,
+        }
+    }
+
+    /// Stops the router.
+    pub fn stop(&self) {
+        self.actor.stop(None);
+    }
+}

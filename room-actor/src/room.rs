@@ -1,0 +1,676 @@
+//! The room actor: a ractor shell around one [`plaza_room_core::Room`].
+//!
+//! The actor owns the room, the outbound channel of every attached session, and a ticker task
+//! that wakes it at the simulation rate. On each wake it runs as many fixed steps as wall time
+//! says are due (at most `max_catch_up` of them; the rest are counted as overruns and skipped),
+//! then delivers what the steps produced. It stops itself after it has been empty for the grace
+//! period; its supervisor ([`crate::rooms`]) then forgets it.
+//!
+//! Sending to a session never blocks the room: the channel to the gRPC stream is bounded, a full
+//! channel drops the frame and asks the room for a keyframe for that session, so a slow gateway
+//! gets the latest state instead of an ever-growing queue.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use plaza_directory::{DirectoryError, Epoch, PresenceEntry, SharedDirectory, Sources};
+use plaza_proto::node::{self, NodeOutbound, node_outbound};
+use plaza_proto::pb::{self, client_envelope, server_envelope};
+use plaza_proto::quant::Pose;
+use plaza_room_core::{Input, JoinRefusal, MoveInput, Outbound, RejectReason, Room, SessionId};
+use prost::Message as _;
+use ractor::{Actor, ActorProcessingErr, ActorRef};
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+use crate::metrics::{NodeMetrics, ReasonLabel};
+
+/// How a room actor runs (the simulation parameters live in [`plaza_room_core::RoomConfig`]).
+#[derive(Clone, Debug)]
+pub struct RoomActorConfig {
+    /// The room's own config.
+    pub room: plaza_room_core::RoomConfig,
+    /// Most steps run in one wake to catch up; beyond it steps are skipped and counted.
+    pub max_catch_up: u32,
+    /// How long an empty room lives before it stops.
+    pub empty_grace: Duration,
+    /// Presence lease, renewed at a third of it.
+    pub presence_ttl: Duration,
+}
+
+impl Default for RoomActorConfig {
+    fn default() -> Self {
+        Self {
+            room: plaza_room_core::RoomConfig::default(),
+            max_catch_up: 5,
+            empty_grace: Duration::from_secs(10),
+            presence_ttl: Duration::from_secs(15),
+        }
+    }
+}
+
+/// Messages a room actor handles.
+#[derive(Debug)]
+pub enum RoomMsg {
+    /// A session attaches: join it at the next tick and send its frames to `tx`.
+    Join {
+        /// The session.
+        session: SessionId,
+        /// Its identity.
+        wallet: String,
+        /// Where its server envelopes go.
+        tx: mpsc::Sender<NodeOutbound>,
+    },
+    /// An envelope from an attached session.
+    Input {
+        /// The session.
+        session: SessionId,
+        /// What it sent.
+        envelope: pb::ClientEnvelope,
+    },
+    /// The gateway dropped frames for this session: its next frame must be a keyframe.
+    KeyframeNeeded {
+        /// The session.
+        session: SessionId,
+    },
+    /// The session's stream ended: it leaves.
+    Detach {
+        /// The session.
+        session: SessionId,
+    },
+    /// The ticker's wake-up.
+    Tick,
+    /// Test hook: the room panics in its handler.
+    #[cfg(feature = "test-util")]
+    Panic,
+}
+
+/// Arguments of a room actor.
+pub struct RoomArgs {
+    /// The room id.
+    pub room_id: String,
+    /// How it runs.
+    pub cfg: RoomActorConfig,
+    /// The node's metrics.
+    pub metrics: NodeMetrics,
+    /// The directory (presence writes are fenced by `epoch`).
+    pub directory: SharedDirectory,
+    /// This node's id.
+    pub node_id: String,
+    /// The placement epoch this activation holds.
+    pub epoch: Epoch,
+    /// Placement lease TTL; the room renews it at a third of it and stops if it is lost.
+    pub lease_ttl: Duration,
+}
+
+/// The room actor (behaviour only; state is [`RoomState`]).
+#[derive(Debug)]
+pub struct RoomActor;
+
+/// One attached session, as the room actor sees it.
+#[derive(Debug)]
+struct Link {
+    wallet: String,
+    tx: mpsc::Sender<NodeOutbound>,
+    /// Server envelope sequence for this session.
+    seq: u32,
+    entity: Option<u32>,
+}
+
+/// A room actor's state.
+pub struct RoomState {
+    room: Room,
+    room_id: String,
+    cfg: RoomActorConfig,
+    metrics: NodeMetrics,
+    links: HashMap<SessionId, Link>,
+    ticker: JoinHandle<()>,
+    started: Instant,
+    steps_done: u64,
+    empty_since: Option<Instant>,
+    out: Vec<Outbound>,
+    /// Room stats already exported to metrics, to export deltas.
+    exported: plaza_room_core::RoomStats,
+    presence: mpsc::UnboundedSender<PresenceOp>,
+    node_id: String,
+    epoch: Epoch,
+}
+
+/// What an outbound envelope is, for backpressure.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    /// Must arrive (joined, corrections, errors).
+    Control,
+    /// A delta frame: may be dropped, then a keyframe heals the client.
+    Delta,
+    /// A keyframe.
+    Keyframe,
+}
+
+/// An ordered presence write, done by the room's presence task off the tick path.
+#[derive(Debug)]
+enum PresenceOp {
+    Register { wallet: String, entity: u32 },
+    Release { wallet: String },
+}
+
+impl Actor for RoomActor {
+    type Msg = RoomMsg;
+    type State = RoomState;
+    type Arguments = RoomArgs;
+
+    async fn pre_start(
+        &self,
+        myself: ActorRef<RoomMsg>,
+        args: RoomArgs,
+    ) -> Result<RoomState, ActorProcessingErr> {
+        let period = Duration::from_secs_f64(1.0 / f64::from(args.cfg.room.tick_hz.max(1)));
+        let me = myself.clone();
+        let ticker = tokio::spawn(async move {
+            let mut iv = tokio::time::interval(period);
+            iv.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+            loop {
+                iv.tick().await;
+                if me.cast(RoomMsg::Tick).is_err() {
+                    break;
+                }
+            }
+        });
+        let presence = spawn_directory_writer(DirectoryWriter {
+            directory: args.directory.clone(),
+            room: args.room_id.clone(),
+            node: args.node_id.clone(),
+            epoch: args.epoch,
+            presence_ttl: args.cfg.presence_ttl,
+            lease_ttl: args.lease_ttl,
+            metrics: args.metrics.clone(),
+            actor: myself.clone(),
+        });
+        args.metrics.rooms.inc();
+        Ok(RoomState {
+            room: Room::new(args.room_id.clone(), args.cfg.room.clone()),
+            room_id: args.room_id,
+            cfg: args.cfg,
+            metrics: args.metrics,
+            links: HashMap::new(),
+            ticker,
+            started: Instant::now(),
+            steps_done: 0,
+            empty_since: Some(Instant::now()),
+            out: Vec::new(),
+            exported: Default::default(),
+            presence,
+            node_id: args.node_id,
+            epoch: args.epoch,
+        })
+    }
+
+    async fn post_stop(
+        &self,
+        _myself: ActorRef<RoomMsg>,
+        state: &mut RoomState,
+    ) -> Result<(), ActorProcessingErr> {
+        state.ticker.abort();
+        state.metrics.rooms.dec();
+        state.metrics.sessions.dec_by(state.links.len() as i64);
+        // Release the presence of everyone still here; the writer task drains then exits.
+        for (_, link) in state.links.drain() {
+            if link.entity.is_some() {
+                let _ = state.presence.send(PresenceOp::Release {
+                    wallet: link.wallet,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    async fn handle(
+        &self,
+        myself: ActorRef<RoomMsg>,
+        msg: RoomMsg,
+        state: &mut RoomState,
+    ) -> Result<(), ActorProcessingErr> {
+        match msg {
+            RoomMsg::Join {
+                session,
+                wallet,
+                tx,
+            } => {
+                if let Some(old) = state.links.remove(&session) {
+                    // The same session attaches again (a resumed stream): the old stream is
+                    // replaced and its membership starts afresh.
+                    drop(old);
+                    state.room.leave(session);
+                    state.metrics.sessions.dec();
+                }
+                state.links.insert(
+                    session,
+                    Link {
+                        wallet,
+                        tx,
+                        seq: 0,
+                        entity: None,
+                    },
+                );
+                state.metrics.sessions.inc();
+                state.room.join(session);
+                state.empty_since = None;
+            }
+            RoomMsg::Input { session, envelope } => state.on_envelope(session, envelope),
+            RoomMsg::KeyframeNeeded { session } => state.room.request_keyframe(session),
+            RoomMsg::Detach { session } => {
+                if state.links.remove(&session).is_some() {
+                    state.metrics.sessions.dec();
+                    state.room.leave(session);
+                }
+            }
+            RoomMsg::Tick => {
+                state.on_tick();
+                if state.room.is_empty() && state.links.is_empty() {
+                    let since = *state.empty_since.get_or_insert_with(Instant::now);
+                    if since.elapsed() >= state.cfg.empty_grace {
+                        tracing::info!(room = %state.room_id, "room empty past its grace period, stopping");
+                        state.metrics.placement("stopped_empty");
+                        myself.stop(Some("empty".into()));
+                    }
+                } else {
+                    state.empty_since = None;
+                }
+            }
+            #[cfg(feature = "test-util")]
+            RoomMsg::Panic => panic!("test hook: room {} panics", state.room_id),
+        }
+        Ok(())
+    }
+}
+
+// === impl RoomState ===
+
+impl RoomState {
+    /// Turns a client envelope into room input.
+    fn on_envelope(&mut self, session: SessionId, env: pb::ClientEnvelope) {
+        let seq = env.sequence;
+        match env.body {
+            Some(client_envelope::Body::Movement(m)) => {
+                let pose = pose_from_movement(&m);
+                self.room.input(
+                    session,
+                    Input::Move(MoveInput {
+                        seq,
+                        pose,
+                        timestamp_s: m.timestamp,
+                        is_instant: m.is_instant,
+                    }),
+                );
+            }
+            Some(client_envelope::Body::Resync(_)) => self.room.input(session, Input::Resync),
+            Some(client_envelope::Body::Leave(_)) => {
+                // The stream stays open until the Left envelope is out; then the link closes.
+                self.room.leave(session);
+            }
+            Some(other) => {
+                let what = body_name(&other);
+                self.send_envelope(
+                    session,
+                    server_envelope::Body::Error(pb::Error {
+                        code: pb::ErrorCode::InvalidInput as i32,
+                        message: format!("{what} is not handled by this room"),
+                        in_reply_to: seq,
+                        ..Default::default()
+                    }),
+                    Kind::Control,
+                );
+            }
+            None => {}
+        }
+    }
+
+    fn on_tick(&mut self) {
+        let period_ms = 1000.0 / f64::from(self.cfg.room.tick_hz.max(1));
+        let due = (self.started.elapsed().as_secs_f64() * 1000.0 / period_ms) as u64;
+        let mut n = due.saturating_sub(self.steps_done);
+        let cap = u64::from(self.cfg.max_catch_up.max(1));
+        if n > cap {
+            self.metrics.tick_overruns.inc_by(n - cap);
+            self.steps_done += n - cap;
+            n = cap;
+        }
+        let mut out = std::mem::take(&mut self.out);
+        for _ in 0..n {
+            self.steps_done += 1;
+            let now_ms = (self.steps_done as f64 * period_ms) as u64;
+            let t0 = std::time::Instant::now();
+            self.room.step(now_ms, &mut out);
+            self.metrics
+                .tick_duration
+                .observe(t0.elapsed().as_secs_f64());
+        }
+        for o in out.drain(..) {
+            self.deliver(o);
+        }
+        self.out = out;
+        self.export_stats();
+    }
+
+    fn deliver(&mut self, o: Outbound) {
+        match o {
+            Outbound::Joined {
+                session,
+                entity,
+                spawn,
+            } => {
+                let Some(link) = self.links.get_mut(&session) else {
+                    return;
+                };
+                link.entity = Some(entity);
+                let _ = self.presence.send(PresenceOp::Register {
+                    wallet: link.wallet.clone(),
+                    entity,
+                });
+                let ack = NodeOutbound {
+                    body: Some(node_outbound::Body::Ack(node::AttachAck {
+                        entity_id: entity,
+                        epoch: self.epoch.counter,
+                        node_id: self.node_id.clone(),
+                    })),
+                    droppable: false,
+                    keyframe: false,
+                };
+                if link.tx.try_send(ack).is_err() {
+                    self.drop_link(session);
+                    return;
+                }
+                let cfg = self.room.config();
+                let joined = pb::Joined {
+                    room_id: self.room_id.clone(),
+                    entity_id: entity,
+                    tick_hz: cfg.tick_hz,
+                    broadcast_hz: cfg.broadcast_hz,
+                    capacity_tier: match cfg.tier {
+                        plaza_room_core::CapacityTier::Class => pb::CapacityTier::Class as i32,
+                        plaza_room_core::CapacityTier::Stadium => {
+                            pb::CapacityTier::Stadium as i32
+                        }
+                    },
+                    interest_cap: cfg.interest_cap,
+                    position: Some(vec3(spawn)),
+                };
+                self.send_envelope(session, server_envelope::Body::Joined(joined), Kind::Control);
+            }
+            Outbound::JoinRefused { session, reason } => {
+                let (code, msg) = match reason {
+                    JoinRefusal::RoomFull => (pb::ErrorCode::RoomFull, "room is full"),
+                    JoinRefusal::AlreadyJoined => {
+                        (pb::ErrorCode::AlreadyJoined, "already in this room")
+                    }
+                };
+                if let Some(link) = self.links.get(&session) {
+                    let detach = NodeOutbound {
+                        body: Some(node_outbound::Body::Detach(node::Detach {
+                            reason: match reason {
+                                JoinRefusal::RoomFull => node::DetachReason::RoomFull as i32,
+                                JoinRefusal::AlreadyJoined => {
+                                    node::DetachReason::Rejected as i32
+                                }
+                            },
+                            message: msg.into(),
+                        })),
+                        droppable: false,
+                        keyframe: false,
+                    };
+                    let _ = link.tx.try_send(detach);
+                }
+                let _ = code;
+                self.drop_link(session);
+            }
+            Outbound::Frame {
+                session,
+                bytes,
+                keyframe,
+            } => {
+                self.send_envelope(
+                    session,
+                    server_envelope::Body::SnapshotFrame(pb::SnapshotFrame {
+                        frame: bytes.into(),
+                    }),
+                    if keyframe { Kind::Keyframe } else { Kind::Delta },
+                );
+            }
+            Outbound::Correction {
+                session,
+                reason,
+                pose,
+                last_input_seq,
+            } => {
+                let c = pb::Correction {
+                    reason: reject_to_pb(reason) as i32,
+                    position: Some(vec3(pose.position)),
+                    velocity: Some(vec3(pose.velocity)),
+                    rotation_y: pose.yaw_deg,
+                    last_input_sequence: last_input_seq,
+                };
+                self.send_envelope(session, server_envelope::Body::Correction(c), Kind::Control);
+            }
+            Outbound::Left { session, entity: _ } => {
+                if let Some(link) = self.links.get(&session) {
+                    let _ = self.presence.send(PresenceOp::Release {
+                        wallet: link.wallet.clone(),
+                    });
+                }
+                self.send_envelope(
+                    session,
+                    server_envelope::Body::Left(pb::Left {
+                        room_id: self.room_id.clone(),
+                    }),
+                    Kind::Control,
+                );
+                if self.links.remove(&session).is_some() {
+                    self.metrics.sessions.dec();
+                }
+            }
+        }
+    }
+
+    /// Encodes and queues one server envelope for `session`. A full queue drops droppable
+    /// frames (and asks for a keyframe); a closed one detaches the session.
+    fn send_envelope(&mut self, session: SessionId, body: server_envelope::Body, kind: Kind) {
+        let Some(link) = self.links.get_mut(&session) else {
+            return;
+        };
+        link.seq = link.seq.wrapping_add(1);
+        let env = pb::ServerEnvelope {
+            sequence: link.seq,
+            sent_at_ms: unix_ms(),
+            body: Some(body),
+        };
+        let msg = NodeOutbound {
+            body: Some(node_outbound::Body::ServerEnvelope(env.encode_to_vec().into())),
+            droppable: kind != Kind::Control,
+            keyframe: kind == Kind::Keyframe,
+        };
+        match link.tx.try_send(msg) {
+            Ok(()) => {}
+            Err(mpsc::error::TrySendError::Full(_)) => {
+                self.metrics.outbound_dropped.inc();
+                if kind != Kind::Control {
+                    self.room.request_keyframe(session);
+                } else {
+                    // A control message could not be queued: the stream is hopelessly behind.
+                    self.drop_link(session);
+                }
+            }
+            Err(mpsc::error::TrySendError::Closed(_)) => self.drop_link(session),
+        }
+    }
+
+    fn drop_link(&mut self, session: SessionId) {
+        if let Some(link) = self.links.remove(&session) {
+            self.metrics.sessions.dec();
+            if link.entity.is_some() {
+                self.room.leave(session);
+            }
+        }
+    }
+
+    fn export_stats(&mut self) {
+        let s = self.room.stats();
+        let e = &mut self.exported;
+        self.metrics.frames_sent.inc_by(s.frames - e.frames);
+        self.metrics.frame_bytes.inc_by(s.frame_bytes - e.frame_bytes);
+        self.metrics.keyframes.inc_by(s.keyframes - e.keyframes);
+        self.metrics
+            .bandwidth_deferrals
+            .inc_by(s.deferrals - e.deferrals);
+        for (i, r) in RejectReason::ALL.iter().enumerate() {
+            let d = s.moves_rejected[i] - e.moves_rejected[i];
+            if d > 0 {
+                self.metrics
+                    .inputs_rejected
+                    .get_or_create(&ReasonLabel {
+                        reason: r.code().to_owned(),
+                    })
+                    .inc_by(d);
+            }
+        }
+        *e = s.clone();
+    }
+}
+
+/// What the room's directory task needs.
+struct DirectoryWriter {
+    directory: SharedDirectory,
+    room: String,
+    node: String,
+    epoch: Epoch,
+    presence_ttl: Duration,
+    lease_ttl: Duration,
+    metrics: NodeMetrics,
+    actor: ActorRef<RoomMsg>,
+}
+
+/// Spawns the room's directory task: presence writes in order, presence and placement lease
+/// renewal. A lost lease (stale epoch) stops the room: single activation wins over liveness.
+fn spawn_directory_writer(w: DirectoryWriter) -> mpsc::UnboundedSender<PresenceOp> {
+    let (tx, mut rx) = mpsc::unbounded_channel::<PresenceOp>();
+    let dir: Arc<dyn plaza_directory::Directory> = w.directory;
+    let (room, node, epoch, metrics) = (w.room, w.node, w.epoch, w.metrics);
+    tokio::spawn(async move {
+        let presence_ttl_ms = w.presence_ttl.as_millis() as u64;
+        let lease_ttl_ms = w.lease_ttl.as_millis() as u64;
+        let mut renew = tokio::time::interval(w.presence_ttl.min(w.lease_ttl) / 3);
+        renew.tick().await;
+        loop {
+            tokio::select! {
+                op = rx.recv() => {
+                    let Some(op) = op else { break };
+                    let res = match op {
+                        PresenceOp::Register { wallet, entity } => dir
+                            .presence_register(
+                                PresenceEntry {
+                                    wallet,
+                                    entity,
+                                    room: room.clone(),
+                                    sources: Sources::ROOM,
+                                    node: node.clone(),
+                                    profile_version: 0,
+                                    lease_until_ms: 0,
+                                },
+                                epoch,
+                                presence_ttl_ms,
+                            )
+                            .await
+                            .map(|_| ()),
+                        PresenceOp::Release { wallet } => dir
+                            .presence_release(&wallet, Sources::ROOM, epoch)
+                            .await
+                            .map(|_| ()),
+                    };
+                    if let Err(e) = res {
+                        tracing::warn!(room = %room, error = %e, "presence write failed");
+                        metrics.directory_error(e.code());
+                    }
+                }
+                _ = renew.tick() => {
+                    match dir.renew(&room, &node, epoch, lease_ttl_ms).await {
+                        Ok(_) => {}
+                        Err(e @ (DirectoryError::StaleEpoch { .. } | DirectoryError::NotOwner)) => {
+                            tracing::error!(room = %room, error = %e, "placement lease lost; stopping the room");
+                            metrics.placement("lease_lost");
+                            w.actor.stop(Some("lease lost".into()));
+                            break;
+                        }
+                        Err(e) => {
+                            tracing::warn!(room = %room, error = %e, "lease renew failed");
+                            metrics.directory_error(e.code());
+                        }
+                    }
+                    if let Err(e) = dir.presence_renew(&node, &room, epoch, presence_ttl_ms).await {
+                        tracing::warn!(room = %room, error = %e, "presence renew failed");
+                        metrics.directory_error(e.code());
+                    }
+                }
+            }
+        }
+    });
+    tx
+}
+
+/// The float pose of a movement message; missing vectors are zero.
+pub fn pose_from_movement(m: &pb::Movement) -> Pose {
+    let v = |o: &Option<pb::Vec3>| o.as_ref().map_or([0.0; 3], |v| [v.x, v.y, v.z]);
+    let head = (m.head_ik_yaw_enabled || m.head_ik_pitch_enabled).then_some([m.head_yaw, m.head_pitch]);
+    Pose {
+        position: v(&m.position),
+        velocity: v(&m.velocity),
+        yaw_deg: m.rotation_y,
+        movement_kind: m.movement_kind.clamp(0, 3) as u8,
+        anim_flags: (m.anim_flags & 0xffff) as u16,
+        head,
+        point_at: m.is_pointing_at.then(|| v(&m.point_at)),
+    }
+}
+
+fn vec3(p: [f32; 3]) -> pb::Vec3 {
+    pb::Vec3 {
+        x: p[0],
+        y: p[1],
+        z: p[2],
+    }
+}
+
+fn reject_to_pb(r: RejectReason) -> pb::RejectReason {
+    match r {
+        RejectReason::Speed => pb::RejectReason::Speed,
+        RejectReason::NonFinite => pb::RejectReason::NonFinite,
+        RejectReason::NonPositiveDt => pb::RejectReason::NonPositiveDt,
+        RejectReason::OutOfBounds => pb::RejectReason::OutOfBounds,
+        RejectReason::Teleport => pb::RejectReason::Teleport,
+        RejectReason::Blocked => pb::RejectReason::Blocked,
+        RejectReason::Clock => pb::RejectReason::Clock,
+    }
+}
+
+fn body_name(b: &client_envelope::Body) -> &'static str {
+    match b {
+        client_envelope::Body::Negotiate(_) => "negotiate",
+        client_envelope::Body::Join(_) => "join",
+        client_envelope::Body::Leave(_) => "leave",
+        client_envelope::Body::Movement(_) => "movement",
+        client_envelope::Body::Ping(_) => "ping",
+        client_envelope::Body::Resync(_) => "resync",
+        client_envelope::Body::MovementCompressed(_) => "movement_compressed",
+        client_envelope::Body::Interaction(_) => "interaction",
+        client_envelope::Body::Consent(_) => "consent",
+        client_envelope::Body::Emote(_) => "emote",
+        client_envelope::Body::SceneAction(_) => "scene_action",
+    }
+}
+
+/// Milliseconds since the Unix epoch (for `sent_at_ms` only; never for simulation time).
+pub fn unix_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}

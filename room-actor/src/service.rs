@@ -1,0 +1,155 @@
+//! The tonic `RoomHost` service of a node: one bidirectional stream per attached session.
+//!
+//! The first inbound message must be an `AttachRequest`; the service finds (or spawns) the
+//! room's actor and joins the session. Every later inbound message is forwarded to the actor;
+//! the end of the inbound stream detaches the session. Outbound, the actor writes into a bounded
+//! channel that backs the response stream.
+
+use std::pin::Pin;
+
+use futures::Stream;
+use plaza_proto::node::room_host_server::RoomHost;
+use plaza_proto::node::{NodeInbound, NodeOutbound, StatusReply, StatusRequest, node_inbound};
+use tokio::sync::mpsc;
+use tokio_stream::StreamExt as _;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::{Request, Response, Status, Streaming};
+
+use crate::room::RoomMsg;
+use crate::rooms::{Rooms, RoomsError};
+
+/// Longest room id accepted.
+pub const MAX_ROOM_ID_LEN: usize = 64;
+
+/// Validates a room id: 1..=64 characters of `[A-Za-z0-9._-]`.
+pub fn valid_room_id(id: &str) -> bool {
+    !id.is_empty()
+        && id.len() <= MAX_ROOM_ID_LEN
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+}
+
+/// The `RoomHost` implementation.
+#[derive(Clone, Debug)]
+pub struct RoomHostService {
+    node_id: String,
+    rooms: Rooms,
+    /// Capacity of each session's outbound channel (frames).
+    session_queue: usize,
+    metrics: crate::metrics::NodeMetrics,
+    draining: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl RoomHostService {
+    /// A service over `rooms`.
+    pub fn new(
+        node_id: String,
+        rooms: Rooms,
+        session_queue: usize,
+        metrics: crate::metrics::NodeMetrics,
+        draining: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    ) -> Self {
+        Self {
+            node_id,
+            rooms,
+            session_queue,
+            metrics,
+            draining,
+        }
+    }
+}
+
+type OutStream = Pin<Box<dyn Stream<Item = Result<NodeOutbound, Status>> + Send + 'static>>;
+
+#[tonic::async_trait]
+impl RoomHost for RoomHostService {
+    type AttachStream = OutStream;
+
+    async fn attach(
+        &self,
+        request: Request<Streaming<NodeInbound>>,
+    ) -> Result<Response<Self::AttachStream>, Status> {
+        let mut inbound = request.into_inner();
+        let first = inbound
+            .message()
+            .await?
+            .ok_or_else(|| Status::invalid_argument("empty attach stream"))?;
+        let Some(node_inbound::Body::Attach(attach)) = first.body else {
+            return Err(Status::invalid_argument("first message must be an attach request"));
+        };
+        if !valid_room_id(&attach.room_id) {
+            return Err(Status::invalid_argument("invalid room id"));
+        }
+        let room = self.rooms.get_or_spawn(&attach.room_id).await.map_err(|e| {
+            match e {
+                RoomsError::PlacedElsewhere => Status::failed_precondition(e.to_string()),
+                RoomsError::Draining => Status::unavailable(e.to_string()),
+                RoomsError::Directory(_) => Status::unavailable(e.to_string()),
+                RoomsError::Spawn(_) => Status::internal(e.to_string()),
+            }
+        })?;
+        let session = attach.session_id;
+        let (tx, rx) = mpsc::channel(self.session_queue);
+        room.cast(RoomMsg::Join {
+            session,
+            wallet: attach.wallet,
+            tx,
+        })
+        .map_err(|_| Status::unavailable("room stopped; retry"))?;
+        tracing::debug!(room = %attach.room_id, session, node = %self.node_id, "session attached");
+
+        // Forward the rest of the inbound stream to the room.
+        tokio::spawn(async move {
+            loop {
+                match inbound.message().await {
+                    Ok(Some(msg)) => {
+                        let m = match msg.body {
+                            Some(node_inbound::Body::Envelope(envelope)) => {
+                                RoomMsg::Input { session, envelope }
+                            }
+                            Some(node_inbound::Body::KeyframeNeeded(_)) => {
+                                RoomMsg::KeyframeNeeded { session }
+                            }
+                            Some(node_inbound::Body::Attach(_)) | None => continue,
+                        };
+                        if room.cast(m).is_err() {
+                            break;
+                        }
+                    }
+                    Ok(None) | Err(_) => {
+                        let _ = room.cast(RoomMsg::Detach { session });
+                        break;
+                    }
+                }
+            }
+        });
+        let out = ReceiverStream::new(rx).map(Ok::<_, Status>);
+        Ok(Response::new(Box::pin(out)))
+    }
+
+    async fn status(&self, _req: Request<StatusRequest>) -> Result<Response<StatusReply>, Status> {
+        let rooms = self.rooms.list().await;
+        Ok(Response::new(StatusReply {
+            node_id: self.node_id.clone(),
+            rooms: rooms.len() as u32,
+            sessions: self.metrics.sessions.get().max(0) as u32,
+            draining: self.draining.load(std::sync::atomic::Ordering::Relaxed),
+        }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn room_ids_are_validated() {
+        assert!(valid_room_id("load-0"));
+        assert!(valid_room_id("a.b_c-9"));
+        assert!(!valid_room_id(""));
+        assert!(!valid_room_id("has space"));
+        assert!(!valid_room_id(&"x".repeat(65)));
+        assert!(!valid_room_id("ünïcode"));
+    }
+}
