@@ -22,6 +22,7 @@ pub use generated::plaza::node::v1 as node;
 pub use generated::plaza::v1 as pb;
 
 pub mod bits;
+pub mod version;
 pub mod compressed;
 pub mod frame;
 pub mod quant;
