@@ -1,0 +1,734 @@
+//! The shared directory test suite: every case runs against both backends through [`Env`].
+//! Time passes through [`Env::elapse`] (a manual clock in memory; bounded polling of Redis
+//! server time on Redis), never through fixed sleeps.
+
+#![allow(dead_code, unreachable_pub)]
+
+use std::collections::HashSet;
+
+use plaza_directory::{
+    AnnounceOutcome, Directory, DirectoryError, Epoch, NodeInfo, PresenceEntry, SharedDirectory,
+    Sources,
+};
+
+/// A backend under test.
+#[async_trait::async_trait]
+pub trait Env: Send + Sync {
+    /// The directory.
+    fn dir(&self) -> &dyn Directory;
+    /// The same directory, shareable across tasks.
+    fn shared(&self) -> SharedDirectory;
+    /// Lets at least `ms` milliseconds of store time pass.
+    async fn elapse(&self, ms: u64);
+    /// A TTL that tests let lapse with `elapse` (short on Redis).
+    fn short_ttl(&self) -> u64;
+}
+
+/// A TTL that never lapses during a test.
+pub const LONG: u64 = 60_000;
+
+pub fn node(id: &str, load: u32, draining: bool) -> NodeInfo {
+    NodeInfo {
+        id: id.into(),
+        addr: format!("http://{id}:7100"),
+        load,
+        draining,
+        heartbeat_until_ms: 0,
+    }
+}
+
+pub fn entry(wallet: &str, room: &str, entity: u32, node: &str, sources: Sources) -> PresenceEntry {
+    PresenceEntry {
+        wallet: wallet.into(),
+        entity,
+        room: room.into(),
+        sources,
+        node: node.into(),
+        profile_version: 0,
+        lease_until_ms: 0,
+    }
+}
+
+fn assert_stale(r: Result<impl std::fmt::Debug, DirectoryError>, current: Option<Epoch>) {
+    match r {
+        Err(DirectoryError::StaleEpoch { current: c, .. }) => assert_eq!(c, current),
+        other => panic!("expected StaleEpoch(current {current:?}), got {other:?}"),
+    }
+}
+
+// === nodes and placement ===
+
+pub async fn nodes_heartbeat_and_expiry(env: &dyn Env) {
+    let d = env.dir();
+    d.register_node(node("a", 1, false), LONG).await.unwrap();
+    d.register_node(node("b", 2, false), env.short_ttl())
+        .await
+        .unwrap();
+    let live = d.live_nodes().await.unwrap();
+    assert_eq!(
+        live.iter().map(|n| n.id.as_str()).collect::<Vec<_>>(),
+        ["a", "b"]
+    );
+    assert_eq!(live[1].load, 2);
+    assert!(live[0].heartbeat_until_ms > live[1].heartbeat_until_ms);
+    // Heartbeat updates load and draining.
+    d.register_node(node("a", 9, true), LONG).await.unwrap();
+    env.elapse(env.short_ttl() + 1).await;
+    let live = d.live_nodes().await.unwrap();
+    assert_eq!(live.len(), 1);
+    assert_eq!(
+        (live[0].id.as_str(), live[0].load, live[0].draining),
+        ("a", 9, true)
+    );
+    assert!(d.sweep().await.unwrap() >= 1);
+    d.deregister_node("a").await.unwrap();
+    assert!(d.live_nodes().await.unwrap().is_empty());
+}
+
+pub async fn place_policy(env: &dyn Env) {
+    let d = env.dir();
+    let e = d.place("r").await.unwrap_err();
+    assert_eq!(e.code(), "unavailable");
+    assert!(e.is_retryable());
+    d.register_node(node("a", 0, false), LONG).await.unwrap();
+    d.register_node(node("b", 0, true), LONG).await.unwrap();
+    for i in 0..20 {
+        assert_eq!(
+            d.place(&format!("room{i}")).await.unwrap().id,
+            "a",
+            "draining skipped"
+        );
+    }
+    // Once placed, place() returns the owner even if the policy would now pick another node.
+    d.register_node(node("b", 0, false), LONG).await.unwrap();
+    d.register_node(node("a", 0, true), LONG).await.unwrap();
+    let p = d.claim("r", "a", LONG).await.unwrap();
+    assert_eq!(d.place("r").await.unwrap().id, "a");
+    d.release("r", "a", p.epoch).await.unwrap();
+    assert_eq!(d.place("r").await.unwrap().id, "b");
+    // Spread: with equal load both nodes get rooms.
+    d.register_node(node("a", 0, false), LONG).await.unwrap();
+    let mut ids = HashSet::new();
+    for i in 0..64 {
+        ids.insert(d.place(&format!("spread{i}")).await.unwrap().id);
+    }
+    assert_eq!(ids.len(), 2);
+}
+
+pub async fn claim_renew_conflict_release(env: &dyn Env) {
+    let d = env.dir();
+    assert_eq!(d.resolve("r").await.unwrap(), None);
+    let p1 = d.claim("r", "a", LONG).await.unwrap();
+    assert_eq!((p1.room.as_str(), p1.node.as_str()), ("r", "a"));
+    // Re-claim by the owner renews with the same epoch.
+    let again = d.claim("r", "a", LONG).await.unwrap();
+    assert_eq!(again.epoch, p1.epoch);
+    assert!(again.lease_until_ms >= p1.lease_until_ms);
+    let e = d.claim("r", "b", LONG).await.unwrap_err();
+    assert!(matches!(e, DirectoryError::Conflict(_)), "{e:?}");
+    assert_eq!(d.resolve("r").await.unwrap().unwrap().epoch, p1.epoch);
+    // Renew extends.
+    let r = d.renew("r", "a", p1.epoch, 3 * LONG).await.unwrap();
+    assert!(r.lease_until_ms >= p1.lease_until_ms + LONG);
+    assert_eq!(
+        d.renew("r", "b", p1.epoch, LONG).await.unwrap_err(),
+        DirectoryError::NotOwner
+    );
+    d.check_epoch("r", p1.epoch).await.unwrap();
+    assert_eq!(
+        d.release("r", "b", p1.epoch).await.unwrap_err(),
+        DirectoryError::NotOwner
+    );
+    d.release("r", "a", p1.epoch).await.unwrap();
+    assert_eq!(d.resolve("r").await.unwrap(), None);
+    assert_stale(d.check_epoch("r", p1.epoch).await, None);
+    // The next claim gets a strictly greater epoch.
+    let p2 = d.claim("r", "b", LONG).await.unwrap();
+    assert!(p2.epoch > p1.epoch);
+    assert_stale(d.check_epoch("r", p1.epoch).await, Some(p2.epoch));
+    assert_stale(d.renew("r", "a", p1.epoch, LONG).await, Some(p2.epoch));
+    assert_stale(d.release("r", "a", p1.epoch).await, Some(p2.epoch));
+    d.release("r", "b", p2.epoch).await.unwrap();
+    // Releasing an unplaced room is idempotent.
+    d.release("r", "b", p2.epoch).await.unwrap();
+    // Rooms are independent.
+    let q = d.claim("other", "a", LONG).await.unwrap();
+    d.check_epoch("other", q.epoch).await.unwrap();
+    assert_stale(d.check_epoch("r", q.epoch).await, None);
+}
+
+pub async fn lease_expiry_gives_new_epoch(env: &dyn Env) {
+    let d = env.dir();
+    let p1 = d.claim("r", "a", env.short_ttl()).await.unwrap();
+    env.elapse(env.short_ttl() + 1).await;
+    assert_eq!(d.resolve("r").await.unwrap(), None);
+    assert_stale(d.check_epoch("r", p1.epoch).await, None);
+    // An expired lease can not be renewed: the owner must stop and re-claim.
+    assert_stale(d.renew("r", "a", p1.epoch, LONG).await, None);
+    assert!(d.sweep().await.unwrap() >= 1);
+    let p2 = d.claim("r", "b", LONG).await.unwrap();
+    assert!(p2.epoch > p1.epoch);
+    assert_eq!(d.resolve("r").await.unwrap().unwrap().node, "b");
+    // The old owner's writes are refused.
+    assert_stale(
+        d.audit_append("r", p1.epoch, "k", "{}", 1).await,
+        Some(p2.epoch),
+    );
+    let e = entry("w", "r", 1, "a", Sources::ROOM);
+    assert_stale(d.presence_register(e, p1.epoch, LONG).await, Some(p2.epoch));
+    assert_stale(d.put_handoff("r", p1.epoch, vec![1]).await, Some(p2.epoch));
+}
+
+pub async fn concurrent_claims_single_winner(env: &dyn Env) {
+    let d = env.shared();
+    let mut tasks = Vec::new();
+    for i in 0..16 {
+        let d = d.clone();
+        tasks.push(tokio::spawn(async move {
+            d.claim("hot", &format!("n{i}"), LONG).await
+        }));
+    }
+    let mut winners = Vec::new();
+    for t in tasks {
+        match t.await.unwrap() {
+            Ok(p) => winners.push(p),
+            Err(DirectoryError::Conflict(_)) => {}
+            Err(e) => panic!("unexpected {e:?}"),
+        }
+    }
+    assert_eq!(winners.len(), 1, "{winners:?}");
+    assert_eq!(d.resolve("hot").await.unwrap().unwrap(), winners[0]);
+}
+
+// === presence ===
+
+pub async fn presence_register_add_release(env: &dyn Env) {
+    let d = env.dir();
+    let p = d.claim("r", "a", LONG).await.unwrap();
+    d.presence_register(entry("w1", "r", 7, "a", Sources::ROOM), p.epoch, LONG)
+        .await
+        .unwrap();
+    let got = d.presence_get("w1").await.unwrap().unwrap();
+    assert_eq!(
+        (got.entity, got.room.as_str(), got.sources),
+        (7, "r", Sources::ROOM)
+    );
+    assert!(got.lease_until_ms > 0);
+    assert_eq!(
+        d.presence_by_entity("r", 7).await.unwrap().unwrap().wallet,
+        "w1"
+    );
+    assert_eq!(d.presence_by_entity("r", 8).await.unwrap(), None);
+    assert_eq!(d.presence_by_entity("other", 7).await.unwrap(), None);
+
+    d.presence_add_source("w1", Sources::VOICE, p.epoch)
+        .await
+        .unwrap();
+    d.presence_add_source("w1", Sources::VOICE, p.epoch)
+        .await
+        .unwrap();
+    assert_eq!(
+        d.presence_get("w1").await.unwrap().unwrap().sources,
+        Sources::ROOM | Sources::VOICE
+    );
+    assert!(
+        !d.presence_release("w1", Sources::ROOM, p.epoch)
+            .await
+            .unwrap()
+    );
+    assert_eq!(
+        d.presence_get("w1").await.unwrap().unwrap().sources,
+        Sources::VOICE
+    );
+    // Releasing a source the entry does not have changes nothing.
+    assert!(
+        !d.presence_release("w1", Sources::CHAT, p.epoch)
+            .await
+            .unwrap()
+    );
+    assert!(
+        !d.presence_release("w1", Sources::ROOM, p.epoch)
+            .await
+            .unwrap()
+    );
+    assert!(
+        d.presence_release("w1", Sources::VOICE, p.epoch)
+            .await
+            .unwrap()
+    );
+    assert_eq!(d.presence_get("w1").await.unwrap(), None);
+    assert_eq!(d.presence_by_entity("r", 7).await.unwrap(), None);
+    // Never negative: a second release of a deleted entry is false.
+    assert!(
+        !d.presence_release("w1", Sources::VOICE, p.epoch)
+            .await
+            .unwrap()
+    );
+    let e = d
+        .presence_add_source("w1", Sources::ROOM, p.epoch)
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), "not_found");
+    // Releasing several sources at once.
+    d.presence_register(
+        entry("w2", "r", 8, "a", Sources::ROOM | Sources::CHAT),
+        p.epoch,
+        LONG,
+    )
+    .await
+    .unwrap();
+    assert!(
+        d.presence_release("w2", Sources::ALL, p.epoch)
+            .await
+            .unwrap()
+    );
+    assert!(d.peers(None).await.unwrap().is_empty());
+}
+
+pub async fn presence_fencing(env: &dyn Env) {
+    let d = env.dir();
+    let p1 = d.claim("r", "a", LONG).await.unwrap();
+    let bad = Epoch::new(p1.epoch.era, p1.epoch.counter + 5);
+    assert_stale(
+        d.presence_register(entry("w", "r", 1, "a", Sources::ROOM), bad, LONG)
+            .await,
+        Some(p1.epoch),
+    );
+    assert_eq!(
+        d.presence_register(entry("w", "r", 1, "b", Sources::ROOM), p1.epoch, LONG)
+            .await
+            .unwrap_err(),
+        DirectoryError::NotOwner
+    );
+    assert_stale(
+        d.presence_register(
+            entry("w", "unclaimed", 1, "a", Sources::ROOM),
+            p1.epoch,
+            LONG,
+        )
+        .await,
+        None,
+    );
+    d.presence_register(entry("w", "r", 1, "a", Sources::ROOM), p1.epoch, LONG)
+        .await
+        .unwrap();
+    d.release("r", "a", p1.epoch).await.unwrap();
+    let p2 = d.claim("r", "b", LONG).await.unwrap();
+    assert_stale(
+        d.presence_add_source("w", Sources::VOICE, p1.epoch).await,
+        Some(p2.epoch),
+    );
+    assert_stale(
+        d.presence_release("w", Sources::ROOM, p1.epoch).await,
+        Some(p2.epoch),
+    );
+    assert_stale(
+        d.presence_renew("a", "r", p1.epoch, LONG).await,
+        Some(p2.epoch),
+    );
+    assert_eq!(
+        d.presence_renew("a", "r", p2.epoch, LONG)
+            .await
+            .unwrap_err(),
+        DirectoryError::NotOwner
+    );
+    assert_eq!(
+        d.presence_get("w").await.unwrap().unwrap().sources,
+        Sources::ROOM
+    );
+    // The new owner may release it.
+    assert!(
+        d.presence_release("w", Sources::ROOM, p2.epoch)
+            .await
+            .unwrap()
+    );
+}
+
+pub async fn presence_lease_expiry_renew_sweep(env: &dyn Env) {
+    let d = env.dir();
+    let short = env.short_ttl();
+    let p = d.claim("r", "a", LONG).await.unwrap();
+    d.presence_register(entry("dies", "r", 1, "a", Sources::ROOM), p.epoch, short)
+        .await
+        .unwrap();
+    d.presence_register(entry("lives", "r", 2, "a", Sources::ROOM), p.epoch, LONG)
+        .await
+        .unwrap();
+    let before = d
+        .presence_get("lives")
+        .await
+        .unwrap()
+        .unwrap()
+        .lease_until_ms;
+    // Renewal extends every live entry of the room registered by the node.
+    let n = d.presence_renew("a", "r", p.epoch, 4 * LONG).await.unwrap();
+    assert_eq!(n, 2);
+    let after = d
+        .presence_get("lives")
+        .await
+        .unwrap()
+        .unwrap()
+        .lease_until_ms;
+    assert!(after >= before + 2 * LONG, "{before} -> {after}");
+    // Re-register "dies" with a short lease and let it lapse.
+    d.presence_register(entry("dies", "r", 1, "a", Sources::ROOM), p.epoch, short)
+        .await
+        .unwrap();
+    env.elapse(short + 1).await;
+    assert_eq!(d.presence_get("dies").await.unwrap(), None);
+    assert_eq!(d.presence_by_entity("r", 1).await.unwrap(), None);
+    let peers = d.peers(None).await.unwrap();
+    assert_eq!(
+        peers.iter().map(|e| e.wallet.as_str()).collect::<Vec<_>>(),
+        ["lives"]
+    );
+    // Expired entries are not renewed, and releasing them is a no-op.
+    assert_eq!(d.presence_renew("a", "r", p.epoch, LONG).await.unwrap(), 1);
+    assert!(
+        !d.presence_release("dies", Sources::ROOM, p.epoch)
+            .await
+            .unwrap()
+    );
+    assert!(d.sweep().await.unwrap() >= 1);
+    assert_eq!(d.sweep().await.unwrap(), 0);
+    assert_eq!(d.peers(None).await.unwrap().len(), 1);
+    // Its entity can be reused.
+    d.presence_register(entry("new", "r", 1, "a", Sources::ROOM), p.epoch, LONG)
+        .await
+        .unwrap();
+    assert_eq!(
+        d.presence_by_entity("r", 1).await.unwrap().unwrap().wallet,
+        "new"
+    );
+}
+
+pub async fn dead_node_presence_expires(env: &dyn Env) {
+    // A node dies: neither its room lease nor its presence is renewed; a sweep clears both.
+    let d = env.dir();
+    let short = env.short_ttl();
+    let p = d.claim("r", "a", short).await.unwrap();
+    for i in 0..5u32 {
+        d.presence_register(
+            entry(&format!("w{i}"), "r", i, "a", Sources::ROOM),
+            p.epoch,
+            short,
+        )
+        .await
+        .unwrap();
+    }
+    assert_eq!(d.peers(None).await.unwrap().len(), 5);
+    env.elapse(short + 1).await;
+    assert!(d.peers(None).await.unwrap().is_empty());
+    assert_eq!(d.sweep().await.unwrap(), 6);
+    assert!(d.peers(None).await.unwrap().is_empty());
+}
+
+pub async fn entity_conflict_and_stale_eviction(env: &dyn Env) {
+    let d = env.dir();
+    let p1 = d.claim("r", "a", LONG).await.unwrap();
+    d.presence_register(entry("w1", "r", 7, "a", Sources::ROOM), p1.epoch, LONG)
+        .await
+        .unwrap();
+    let e = d
+        .presence_register(entry("w2", "r", 7, "a", Sources::ROOM), p1.epoch, LONG)
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), "conflict");
+    // After failover, the new activation reuses entity ids: the stale entry is evicted.
+    d.release("r", "a", p1.epoch).await.unwrap();
+    let p2 = d.claim("r", "b", LONG).await.unwrap();
+    d.presence_register(entry("w2", "r", 7, "b", Sources::ROOM), p2.epoch, LONG)
+        .await
+        .unwrap();
+    assert_eq!(d.presence_get("w1").await.unwrap(), None);
+    assert_eq!(
+        d.presence_by_entity("r", 7).await.unwrap().unwrap().wallet,
+        "w2"
+    );
+}
+
+pub async fn reregister_moves_rooms(env: &dyn Env) {
+    let d = env.dir();
+    let a = d.claim("r1", "a", LONG).await.unwrap();
+    // Epochs are per room: make r2's differ from r1's.
+    let b0 = d.claim("r2", "b", LONG).await.unwrap();
+    d.release("r2", "b", b0.epoch).await.unwrap();
+    let b = d.claim("r2", "b", LONG).await.unwrap();
+    assert_ne!(a.epoch, b.epoch);
+    d.presence_register(
+        entry("w", "r1", 1, "a", Sources::ROOM | Sources::VOICE),
+        a.epoch,
+        LONG,
+    )
+    .await
+    .unwrap();
+    d.presence_register(entry("w", "r2", 5, "b", Sources::ROOM), b.epoch, LONG)
+        .await
+        .unwrap();
+    assert_eq!(d.presence_by_entity("r1", 1).await.unwrap(), None);
+    let got = d.presence_get("w").await.unwrap().unwrap();
+    assert_eq!(
+        (got.room.as_str(), got.entity, got.sources),
+        ("r2", 5, Sources::ROOM)
+    );
+    assert_eq!(d.presence_renew("a", "r1", a.epoch, LONG).await.unwrap(), 0);
+    assert_eq!(d.presence_renew("b", "r2", b.epoch, LONG).await.unwrap(), 1);
+    // The old room's epoch no longer fences this wallet.
+    assert_stale(
+        d.presence_release("w", Sources::ROOM, a.epoch).await,
+        Some(b.epoch),
+    );
+}
+
+pub async fn peers_filter(env: &dyn Env) {
+    let d = env.dir();
+    let p = d.claim("r", "a", LONG).await.unwrap();
+    for (i, w) in ["w3", "w1", "w2"].iter().enumerate() {
+        d.presence_register(entry(w, "r", i as u32, "a", Sources::ROOM), p.epoch, LONG)
+            .await
+            .unwrap();
+    }
+    let all = d.peers(None).await.unwrap();
+    assert_eq!(
+        all.iter().map(|e| e.wallet.as_str()).collect::<Vec<_>>(),
+        ["w1", "w2", "w3"]
+    );
+    let f: Vec<String> = ["w3", "w1", "w1", "nobody"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    let some = d.peers(Some(&f)).await.unwrap();
+    assert_eq!(
+        some.iter().map(|e| e.wallet.as_str()).collect::<Vec<_>>(),
+        ["w1", "w3"]
+    );
+    assert!(d.peers(Some(&[])).await.unwrap().is_empty());
+}
+
+pub async fn profile_dedup(env: &dyn Env) {
+    let d = env.dir();
+    let a = |o: Result<AnnounceOutcome, DirectoryError>| o.unwrap();
+    assert_eq!(
+        a(d.announce_profile("w", 1, Sources::ROOM).await),
+        AnnounceOutcome::Fresh
+    );
+    assert_eq!(
+        a(d.announce_profile("w", 1, Sources::VOICE).await),
+        AnnounceOutcome::Merged {
+            sources: Sources::ROOM | Sources::VOICE
+        }
+    );
+    assert_eq!(
+        a(d.announce_profile("w", 0, Sources::CHAT).await),
+        AnnounceOutcome::Dropped { current: 1 }
+    );
+    let o = a(d.announce_profile("w", 2, Sources::CHAT).await);
+    assert_eq!(o, AnnounceOutcome::Superseded { previous: 1 });
+    assert!(o.should_fetch());
+    assert_eq!(
+        a(d.announce_profile("w", 2, Sources::ROOM).await),
+        AnnounceOutcome::Merged {
+            sources: Sources::CHAT | Sources::ROOM
+        }
+    );
+    // A registration picks up the announced version; later announcements raise it.
+    let p = d.claim("r", "a", LONG).await.unwrap();
+    d.presence_register(entry("w", "r", 1, "a", Sources::ROOM), p.epoch, LONG)
+        .await
+        .unwrap();
+    assert_eq!(
+        d.presence_get("w").await.unwrap().unwrap().profile_version,
+        2
+    );
+    a(d.announce_profile("w", 3, Sources::ROOM).await);
+    assert_eq!(
+        d.presence_get("w").await.unwrap().unwrap().profile_version,
+        3
+    );
+    a(d.announce_profile("w", 1, Sources::ROOM).await);
+    assert_eq!(
+        d.presence_get("w").await.unwrap().unwrap().profile_version,
+        3
+    );
+    // The record dies with the entry.
+    assert!(
+        d.presence_release("w", Sources::ROOM, p.epoch)
+            .await
+            .unwrap()
+    );
+    assert_eq!(
+        a(d.announce_profile("w", 1, Sources::ROOM).await),
+        AnnounceOutcome::Fresh
+    );
+}
+
+// === audit and handoff ===
+
+pub async fn audit_gap_free_and_fenced(env: &dyn Env) {
+    let d = env.dir();
+    let p1 = d.claim("r", "a", LONG).await.unwrap();
+    for i in 1..=3u64 {
+        let seq = d
+            .audit_append(
+                "r",
+                p1.epoch,
+                "consent_granted",
+                &format!("{{\"i\":{i}}}"),
+                100 + i,
+            )
+            .await
+            .unwrap();
+        assert_eq!(seq, i);
+    }
+    let bad = Epoch::new(p1.epoch.era + 1, 1);
+    assert_stale(d.audit_append("r", bad, "x", "{}", 0).await, Some(p1.epoch));
+    assert_stale(
+        d.audit_append("unclaimed", p1.epoch, "x", "{}", 0).await,
+        None,
+    );
+    d.release("r", "a", p1.epoch).await.unwrap();
+    assert_stale(d.audit_append("r", p1.epoch, "x", "{}", 0).await, None);
+    let p2 = d.claim("r", "b", LONG).await.unwrap();
+    assert_eq!(
+        d.audit_append("r", p2.epoch, "consent_denied", "{}", 200)
+            .await
+            .unwrap(),
+        4
+    );
+    let all = d.audit_read("r", 1, 100).await.unwrap();
+    assert_eq!(all.iter().map(|r| r.seq).collect::<Vec<_>>(), [1, 2, 3, 4]);
+    assert_eq!(all[0].detail, "{\"i\":1}");
+    assert_eq!(all[0].at_ms, 101);
+    assert_eq!(all[0].kind, "consent_granted");
+    assert_eq!(all[2].epoch, p1.epoch);
+    assert_eq!(
+        (all[3].epoch, all[3].kind.as_str()),
+        (p2.epoch, "consent_denied")
+    );
+    assert!(all.iter().all(|r| r.room == "r"));
+    let mid = d.audit_read("r", 2, 2).await.unwrap();
+    assert_eq!(mid.iter().map(|r| r.seq).collect::<Vec<_>>(), [2, 3]);
+    assert_eq!(d.audit_read("r", 0, 1).await.unwrap()[0].seq, 1);
+    assert!(d.audit_read("r", 5, 10).await.unwrap().is_empty());
+    assert!(d.audit_read("r", 1, 0).await.unwrap().is_empty());
+    assert!(d.audit_read("nothing", 1, 10).await.unwrap().is_empty());
+}
+
+pub async fn audit_concurrent_appends(env: &dyn Env) {
+    let d = env.shared();
+    let p = d.claim("r", "a", LONG).await.unwrap();
+    let mut tasks = Vec::new();
+    for i in 0..20u64 {
+        let d = d.clone();
+        tasks.push(tokio::spawn(async move {
+            d.audit_append("r", p.epoch, "k", &i.to_string(), i).await
+        }));
+    }
+    let mut seqs = Vec::new();
+    for t in tasks {
+        seqs.push(t.await.unwrap().unwrap());
+    }
+    seqs.sort_unstable();
+    assert_eq!(seqs, (1..=20).collect::<Vec<_>>());
+    let log = d.audit_read("r", 1, 100).await.unwrap();
+    assert_eq!(log.len(), 20);
+    for r in &log {
+        // The record stored under each seq is the one whose append returned that seq.
+        assert_eq!(r.seq as usize, log.iter().position(|x| x == r).unwrap() + 1);
+    }
+}
+
+pub async fn handoff_roundtrip(env: &dyn Env) {
+    let d = env.dir();
+    let p1 = d.claim("r", "a", LONG).await.unwrap();
+    assert_eq!(d.take_handoff("r").await.unwrap(), None);
+    d.put_handoff("r", p1.epoch, vec![0, 1, 2, 255, 0])
+        .await
+        .unwrap();
+    d.put_handoff("r", p1.epoch, vec![9, 0, 9]).await.unwrap();
+    assert_stale(
+        d.put_handoff("r", Epoch::new(0, 0), vec![1]).await,
+        Some(p1.epoch),
+    );
+    d.release("r", "a", p1.epoch).await.unwrap();
+    let p2 = d.claim("r", "b", LONG).await.unwrap();
+    assert!(p2.epoch > p1.epoch);
+    assert_eq!(
+        d.take_handoff("r").await.unwrap(),
+        Some((p1.epoch, vec![9, 0, 9]))
+    );
+    assert_eq!(d.take_handoff("r").await.unwrap(), None);
+    d.put_handoff("r", p2.epoch, Vec::new()).await.unwrap();
+    assert_eq!(
+        d.take_handoff("r").await.unwrap(),
+        Some((p2.epoch, Vec::new()))
+    );
+}
+
+pub async fn rejects_invalid_input(env: &dyn Env) {
+    let d = env.dir();
+    let inv = |r: Result<(), DirectoryError>| assert_eq!(r.unwrap_err().code(), "invalid");
+    inv(d.claim("", "a", LONG).await.map(|_| ()));
+    inv(d.claim("r", "a", 0).await.map(|_| ()));
+    inv(d.claim(&"x".repeat(300), "a", LONG).await.map(|_| ()));
+    inv(d.register_node(node("", 0, false), LONG).await);
+    let p = d.claim("r", "a", LONG).await.unwrap();
+    inv(d
+        .presence_register(entry("w", "r", 1, "a", Sources::NONE), p.epoch, LONG)
+        .await);
+    inv(d
+        .presence_register(entry("", "r", 1, "a", Sources::ROOM), p.epoch, LONG)
+        .await);
+    inv(d.presence_add_source("w", Sources::NONE, p.epoch).await);
+    inv(d
+        .presence_release("w", Sources::NONE, p.epoch)
+        .await
+        .map(|_| ()));
+    inv(d.audit_append("r", p.epoch, "", "{}", 0).await.map(|_| ()));
+    inv(d.announce_profile("", 1, Sources::ROOM).await.map(|_| ()));
+    inv(d.peers(Some(&[String::new()])).await.map(|_| ()));
+    // Nothing was written.
+    assert!(d.peers(None).await.unwrap().is_empty());
+    assert!(d.audit_read("r", 1, 10).await.unwrap().is_empty());
+}
+
+/// Runs one named case (so each backend's test file lists every case as its own `#[test]`).
+#[macro_export]
+macro_rules! suite_tests {
+    ($make:path, $($case:ident),* $(,)?) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $case() {
+                let env = $make().await;
+                suite::$case(&env).await;
+            }
+        )*
+    };
+}
+
+/// Every case name, for the backends' test files.
+#[macro_export]
+macro_rules! all_suite_tests {
+    ($make:path) => {
+        $crate::suite_tests!(
+            $make,
+            nodes_heartbeat_and_expiry,
+            place_policy,
+            claim_renew_conflict_release,
+            lease_expiry_gives_new_epoch,
+            concurrent_claims_single_winner,
+            presence_register_add_release,
+            presence_fencing,
+            presence_lease_expiry_renew_sweep,
+            dead_node_presence_expires,
+            entity_conflict_and_stale_eviction,
+            reregister_moves_rooms,
+            peers_filter,
+            profile_dedup,
+            audit_gap_free_and_fenced,
+            audit_concurrent_appends,
+            handoff_roundtrip,
+            rejects_invalid_input,
+        );
+    };
+}
