@@ -1,1 +1,399 @@
-//! (skeleton)
+//! `plaza-load`: drives N bot avatars through the real Plaza gateway and reports what they saw.
+//!
+//! [`run`] spawns every bot as a tokio task (no thread per bot), ramps connections up, samples a
+//! per-second time series (and the server's tick p99 from `--metrics-url`), and returns a
+//! [`Report`]. Bots speak protocol v1 over WebSocket, random-walk with the seed's adaptive send
+//! rate, decode every snapshot frame with `plaza_proto::frame::FrameDecoder`, and measure
+//! snapshot intervals, move-to-seen latency, ping RTT, bytes, errors, close codes and resumes.
+//!
+//! # Layout
+//! * [`scenario`]: TOML bot mixes (walkers, idlers, churners, interactors).
+//! * [`rate`]: the adaptive send-rate state machine.
+//! * [`walk`]: the random-walking body.
+//! * `bot`: one bot's connect / session / resume loop.
+//! * `seen`: move-to-seen matching; `props`: double-hold bookkeeping; `stats`: shared counters.
+//! * [`prom`]: Prometheus text parsing and scraping; [`report`] + `plot`: JSON, Markdown, PNG.
+//!
+//! Not here: the CLI (`main.rs`), any server code.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+
+mod bot;
+mod plot;
+pub mod prom;
+mod props;
+pub mod rate;
+pub mod report;
+pub mod scenario;
+mod seen;
+pub mod stats;
+pub mod walk;
+
+pub use rate::{SendRate, SendRateConfig};
+pub use report::{Report, SeriesPoint, WrittenFiles};
+pub use scenario::{BotKind, BotMix, Scenario};
+pub use stats::{KeyedCounts, Percentiles};
+
+use crate::stats::{Counters, Metric, Stats};
+
+/// The server histogram whose p99 the report carries.
+pub const TICK_METRIC: &str = "plaza_room_tick_duration_seconds";
+
+/// Everything a run needs.
+#[derive(Clone, Debug)]
+pub struct LoadConfig {
+    /// Gateway WebSocket URL, e.g. `ws://127.0.0.1:7777/v1/ws`.
+    pub gateway: String,
+    /// Number of bots.
+    pub bots: usize,
+    /// Number of rooms; bots go to `<room_prefix>0..rooms-1` round-robin.
+    pub rooms: usize,
+    /// Room id prefix (default `load-`).
+    pub room_prefix: String,
+    /// How long the run lasts from the first connect.
+    pub duration: Duration,
+    /// Connections are spread evenly over this time; `None`: 200 connects per second.
+    pub ramp: Option<Duration>,
+    /// The bot mix.
+    pub scenario: Scenario,
+    /// Seed of every random choice (bot kinds, walks, actions).
+    pub seed: u64,
+    /// Prometheus text endpoint to scrape once per second (`http://host:port/metrics`).
+    pub metrics_url: Option<String>,
+    /// Show a progress bar on stderr (hidden automatically when stderr is not a terminal).
+    pub progress: bool,
+    /// Adaptive movement send rate.
+    pub send_rate: SendRateConfig,
+    /// Ping period (default 2 s).
+    pub ping_interval: Duration,
+    /// Move-to-seen match tolerance on x and z in metres (default 2 mm).
+    pub seen_tolerance_m: f32,
+    /// Connect + negotiate + join deadline (default 10 s).
+    pub connect_timeout: Duration,
+    /// Attempts to join before a bot counts as failed (default 3).
+    pub connect_attempts: u32,
+}
+
+impl LoadConfig {
+    /// A config with defaults for `gateway` and `bots`.
+    pub fn new(gateway: impl Into<String>, bots: usize) -> Self {
+        Self {
+            gateway: gateway.into(),
+            bots,
+            rooms: 1,
+            room_prefix: "load-".into(),
+            duration: Duration::from_secs(20),
+            ramp: None,
+            scenario: Scenario::walkers(),
+            seed: 1,
+            metrics_url: None,
+            progress: false,
+            send_rate: SendRateConfig::default(),
+            ping_interval: Duration::from_secs(2),
+            seen_tolerance_m: 0.002,
+            connect_timeout: Duration::from_secs(10),
+            connect_attempts: 3,
+        }
+    }
+
+    /// The ramp in effect.
+    pub fn effective_ramp(&self) -> Duration {
+        self.ramp
+            .unwrap_or_else(|| Duration::from_secs_f64(self.bots as f64 / 200.0))
+    }
+}
+
+/// State shared by all bots of a run.
+pub(crate) struct Shared {
+    pub(crate) cfg: LoadConfig,
+    pub(crate) stats: Stats,
+    pub(crate) board: seen::MoveBoard,
+    pub(crate) props: props::PropBoard,
+}
+
+/// Runs the load test and returns its report. Bots that cannot connect are counted, not fatal;
+/// an invalid config is an error.
+pub async fn run(cfg: LoadConfig) -> anyhow::Result<Report> {
+    anyhow::ensure!(cfg.bots > 0, "--bots must be at least 1");
+    anyhow::ensure!(cfg.rooms > 0, "--rooms must be at least 1");
+    anyhow::ensure!(!cfg.duration.is_zero(), "--duration must be positive");
+    anyhow::ensure!(cfg.scenario.total_weight() > 0, "the scenario has no bots");
+    let cpu_start = cpu_seconds();
+    let shared = Arc::new(Shared {
+        cfg: cfg.clone(),
+        stats: Stats::new(),
+        board: seen::MoveBoard::default(),
+        props: props::PropBoard::default(),
+    });
+    let start = Instant::now();
+    let deadline = start + cfg.duration;
+    let ramp = cfg.effective_ramp().min(cfg.duration);
+    let mut rng = SmallRng::seed_from_u64(cfg.seed);
+    let total_weight = cfg.scenario.total_weight();
+    let mut bot_kinds = KeyedCounts::default();
+    let mut tasks = tokio::task::JoinSet::new();
+    for index in 0..cfg.bots {
+        let mix = cfg.scenario.pick(rng.random_range(0..total_weight)).clone();
+        bot_kinds.bump(mix.kind.name());
+        let spec = bot::BotSpec {
+            index,
+            room: format!("{}{}", cfg.room_prefix, index % cfg.rooms),
+            mix,
+            start_at: start + ramp.mul_f64(index as f64 / cfg.bots as f64),
+            seed: rng.random(),
+        };
+        let b = bot::Bot::new(shared.clone(), spec);
+        tasks.spawn(b.run(deadline));
+    }
+
+    let sampler = tokio::spawn(sample_series(shared.clone(), start, deadline));
+    // Bots end by themselves at the deadline (plus a close handshake); abort stragglers.
+    let hard_stop = deadline + cfg.connect_timeout + Duration::from_secs(5);
+    while let Ok(Some(res)) = tokio::time::timeout_at(hard_stop.into(), tasks.join_next()).await {
+        if let Err(e) = res {
+            tracing::warn!(error = %e, "bot task failed");
+        }
+    }
+    tasks.abort_all();
+    let (series, tick) = sampler.await.unwrap_or_default();
+    let elapsed = start.elapsed();
+
+    let st = &shared.stats;
+    let c = &st.counters;
+    let joined_s = Counters::get(&c.joined_micros) as f64 / 1e6;
+    let per_bot_s = |bytes: u64| {
+        if joined_s > 0.0 {
+            bytes as f64 / joined_s
+        } else {
+            0.0
+        }
+    };
+    let connected = Counters::get(&c.ever_joined);
+    let (snapshot, seen_p, rtt, connect, resume) = st.with_total(|h| {
+        (
+            Percentiles::from_micros(h.get(Metric::SnapshotInterval)),
+            Percentiles::from_micros(h.get(Metric::MoveToSeen)),
+            Percentiles::from_micros(h.get(Metric::Rtt)),
+            Percentiles::from_micros(h.get(Metric::Connect)),
+            Percentiles::from_micros(h.get(Metric::Resume)),
+        )
+    });
+    let keyed = std::mem::take(&mut *st.keyed.lock());
+    Ok(Report {
+        gateway: cfg.gateway.clone(),
+        scenario: cfg.scenario.name.clone(),
+        bot_kinds,
+        rooms: cfg.rooms,
+        seed: cfg.seed,
+        duration_s: cfg.duration.as_secs_f64(),
+        elapsed_s: elapsed.as_secs_f64(),
+        bots_requested: cfg.bots as u64,
+        bots_connected: connected,
+        bots_failed: (cfg.bots as u64).saturating_sub(connected),
+        bots_lost: Counters::get(&c.bots_lost),
+        connect_failures: Counters::get(&c.connect_failures),
+        connect_errors: keyed.connect_errors,
+        frames_received: Counters::get(&c.frames),
+        keyframes_received: Counters::get(&c.keyframes),
+        decode_errors: Counters::get(&c.decode_errors),
+        check_failures: Counters::get(&c.check_failures),
+        keyframes_requested: Counters::get(&c.keyframes_requested),
+        frames_awaiting_keyframe: Counters::get(&c.frames_awaiting_keyframe),
+        movements_sent: Counters::get(&c.movements_sent),
+        pings_sent: Counters::get(&c.pings_sent),
+        down_bytes_total: Counters::get(&c.down_bytes),
+        up_bytes_total: Counters::get(&c.up_bytes),
+        down_bytes_per_bot_per_s: per_bot_s(Counters::get(&c.down_bytes)),
+        up_bytes_per_bot_per_s: per_bot_s(Counters::get(&c.up_bytes)),
+        snapshot_interval_ms: snapshot,
+        move_to_seen_ms: seen_p,
+        rtt_ms: rtt,
+        connect_ms: connect,
+        resume_ms: resume,
+        resumes: Counters::get(&c.resumes),
+        rejoins: Counters::get(&c.rejoins),
+        close_codes: keyed.close_codes,
+        error_codes: keyed.error_codes,
+        corrections_by_reason: keyed.corrections_by_reason,
+        rejections_by_reason: keyed.rejections_by_reason,
+        events_by_kind: keyed.events_by_kind,
+        interactions_sent: Counters::get(&c.interactions_sent),
+        consent_sent: Counters::get(&c.consent_sent),
+        emotes_sent: Counters::get(&c.emotes_sent),
+        double_holds: Counters::get(&c.double_holds),
+        holder_handoffs: Counters::get(&c.holder_handoffs),
+        server_tick_p99_ms: tick
+            .as_ref()
+            .and_then(|h| h.quantile(0.99))
+            .map(|s| s * 1e3),
+        server_tick_p50_ms: tick
+            .as_ref()
+            .and_then(|h| h.quantile(0.50))
+            .map(|s| s * 1e3),
+        server_ticks: tick.as_ref().map(|h| h.count.max(0.0) as u64),
+        load_cpu_seconds: (cpu_seconds() - cpu_start).max(0.0),
+        series,
+    })
+}
+
+/// Samples one [`SeriesPoint`] per second until the deadline; also returns the whole run's
+/// tick histogram (last scrape minus first).
+async fn sample_series(
+    shared: Arc<Shared>,
+    start: Instant,
+    deadline: Instant,
+) -> (Vec<SeriesPoint>, Option<prom::HistogramBuckets>) {
+    let cfg = &shared.cfg;
+    let bar = if cfg.progress {
+        let bar = ProgressBar::with_draw_target(
+            Some(cfg.duration.as_secs()),
+            ProgressDrawTarget::stderr_with_hz(4),
+        );
+        if let Ok(style) =
+            ProgressStyle::with_template("{elapsed_precise} [{bar:30}] {pos}/{len}s {msg}")
+        {
+            bar.set_style(style);
+        }
+        bar
+    } else {
+        ProgressBar::hidden()
+    };
+    let st = &shared.stats;
+    let c = &st.counters;
+    let mut series = Vec::new();
+    let mut tick = tokio::time::interval_at(
+        (start + Duration::from_secs(1)).into(),
+        Duration::from_secs(1),
+    );
+    let (mut last_down, mut last_up, mut last_frames) = (0u64, 0u64, 0u64);
+    let mut last_at = start;
+    let mut first_scrape: Option<prom::HistogramBuckets> = None;
+    let mut prev_scrape: Option<prom::HistogramBuckets> = None;
+    let scrape = |url: String| async move {
+        let text = prom::scrape(&url, Duration::from_millis(800)).await.ok()?;
+        prom::parse_histogram(&text, TICK_METRIC)
+    };
+    if let Some(url) = &cfg.metrics_url {
+        first_scrape = scrape(url.clone()).await;
+        prev_scrape = first_scrape.clone();
+    }
+    loop {
+        let now_t = tick.tick().await;
+        let now = Instant::from(now_t).max(Instant::now());
+        let dt = now.duration_since(last_at).as_secs_f64().max(1e-3);
+        last_at = now;
+        let connected = Counters::get(&c.connected);
+        let (down, up, frames) = (
+            Counters::get(&c.down_bytes),
+            Counters::get(&c.up_bytes),
+            Counters::get(&c.frames),
+        );
+        let per_bot = |d: u64| {
+            if connected > 0 {
+                d as f64 / dt / connected as f64
+            } else {
+                0.0
+            }
+        };
+        let (snap, seen, rtt) = st.take_window(|h| {
+            (
+                Percentiles::from_micros(h.get(Metric::SnapshotInterval)),
+                Percentiles::from_micros(h.get(Metric::MoveToSeen)),
+                Percentiles::from_micros(h.get(Metric::Rtt)),
+            )
+        });
+        let some = |p: Percentiles, v: f64| (p.count > 0).then_some(v);
+        let mut server_tick = None;
+        if let Some(url) = &cfg.metrics_url
+            && let Some(h) = scrape(url.clone()).await
+        {
+            if let Some(prev) = &prev_scrape {
+                server_tick = h.delta(prev).quantile(0.99).map(|s| s * 1e3);
+            }
+            if first_scrape.is_none() {
+                first_scrape = Some(h.clone());
+            }
+            prev_scrape = Some(h);
+        }
+        let point = SeriesPoint {
+            t_s: now.duration_since(start).as_secs_f64(),
+            connected,
+            frames_per_s: (frames - last_frames) as f64 / dt,
+            down_bytes_per_bot_per_s: per_bot(down - last_down),
+            up_bytes_per_bot_per_s: per_bot(up - last_up),
+            snapshot_interval_p99_ms: some(snap, snap.p99),
+            move_to_seen_p50_ms: some(seen, seen.p50),
+            move_to_seen_p99_ms: some(seen, seen.p99),
+            rtt_p99_ms: some(rtt, rtt.p99),
+            server_tick_p99_ms: server_tick,
+        };
+        (last_down, last_up, last_frames) = (down, up, frames);
+        bar.set_position(point.t_s as u64);
+        bar.set_message(format!(
+            "connected {} frames/s {:.0} seen p99 {} tick p99 {}",
+            connected,
+            point.frames_per_s,
+            point
+                .move_to_seen_p99_ms
+                .map_or("-".into(), |v| format!("{v:.0}ms")),
+            point
+                .server_tick_p99_ms
+                .map_or("-".into(), |v| format!("{v:.2}ms")),
+        ));
+        series.push(point);
+        if now >= deadline {
+            break;
+        }
+    }
+    bar.finish_and_clear();
+    let whole = match (prev_scrape, first_scrape) {
+        (Some(last), Some(first)) => Some(last.delta(&first)),
+        _ => None,
+    };
+    (series, whole)
+}
+
+/// CPU seconds (user + system) of this process, from `/proc/self/stat`; 0 where unavailable.
+pub fn cpu_seconds() -> f64 {
+    std::fs::read_to_string("/proc/self/stat")
+        .ok()
+        .and_then(|s| parse_proc_stat_cpu(&s))
+        .unwrap_or(0.0)
+}
+
+/// Parses utime + stime (fields 14 and 15, in clock ticks of 1/100 s) out of a
+/// `/proc/<pid>/stat` line.
+fn parse_proc_stat_cpu(stat: &str) -> Option<f64> {
+    // The command name (field 2) may contain spaces and parentheses: split after the last ')'.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // `rest` starts at field 3 (state), so field n is at index n - 3.
+    let utime: u64 = fields.get(11)?.parse().ok()?;
+    let stime: u64 = fields.get(12)?.parse().ok()?;
+    // USER_HZ is 100 on every Linux platform Rust supports.
+    Some((utime + stime) as f64 / 100.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_proc_stat() {
+        let line = "1234 (plaza load (x)) S 1 2 3 4 5 6 7 8 9 10 250 50 0 0 20 0 3 0 100 0 0";
+        assert_eq!(parse_proc_stat_cpu(line), Some(3.0));
+        assert_eq!(parse_proc_stat_cpu("garbage"), None);
+        assert!(cpu_seconds() >= 0.0);
+    }
+
+    #[test]
+    fn default_ramp_is_200_connects_per_second() {
+        let cfg = LoadConfig::new("ws://x", 2000);
+        assert_eq!(cfg.effective_ramp(), Duration::from_secs(10));
+    }
+}

@@ -1,0 +1,976 @@
+//! One bot avatar: connect, negotiate, join, then walk, ping, decode every frame, until the run's
+//! deadline; reconnect with the resume token when the server goes away.
+//!
+//! The bot is a single tokio task driven by one `select!` over the WebSocket and a 100 ms client
+//! frame timer (movement is decided per client frame by [`crate::rate::SendRate`]; pings go every
+//! `ping_interval`; samples are flushed into the shared [`crate::stats::Stats`] once per second).
+//! Every `SnapshotFrame` goes through `plaza_proto::frame::FrameDecoder`; a chain break or check
+//! mismatch is counted and answered with `Resync`, any other decode error is counted as a decode
+//! error (and also answered with `Resync`): nothing is ignored.
+//!
+//! Not here: spawning bots, the time series and the report (see `lib.rs` and `report.rs`).
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use futures_util::{SinkExt, StreamExt};
+use plaza_proto::frame::{FrameDecoder, FrameError};
+use plaza_proto::pb::{
+    self, ClientEnvelope, ConsentAction, ConsentOp, Emote, ErrorCode, Interaction, InteractionKind,
+    Join, Leave, Movement, MovementKind, Negotiate, Ping, ProtocolVersion, RejectReason, Resync,
+    ResyncReason, ServerEnvelope, Vec3, client_envelope::Body as CBody, event::Kind as EventKind,
+    server_envelope::Body as SBody,
+};
+use prost::Message as _;
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+use tokio::net::TcpStream;
+use tokio_tungstenite::tungstenite::protocol::CloseFrame;
+use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+use tokio_tungstenite::tungstenite::{self, Message};
+use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
+
+use crate::Shared;
+use crate::rate::SendRate;
+use crate::scenario::{BotKind, BotMix};
+use crate::seen::{OwnMoves, RoomMoves};
+use crate::stats::{Counters, LocalSamples, Metric};
+use crate::walk::{Pose, Walker};
+
+type Ws = WebSocketStream<MaybeTlsStream<TcpStream>>;
+
+/// Client frame period: the bot's "render frame", at which movement sends are decided.
+const CLIENT_FRAME: Duration = Duration::from_millis(100);
+/// Samples are flushed every this many client frames.
+const FLUSH_EVERY: u32 = 10;
+/// A second `Resync` is sent only if no keyframe came within this time.
+const RESYNC_RETRY: Duration = Duration::from_secs(2);
+
+/// What a bot is and where it goes.
+pub(crate) struct BotSpec {
+    pub(crate) index: usize,
+    pub(crate) room: String,
+    pub(crate) mix: BotMix,
+    pub(crate) start_at: Instant,
+    pub(crate) seed: u64,
+}
+
+/// Why the handshake (connect, negotiate, join) failed.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum ConnectError {
+    /// TCP / WebSocket failure.
+    #[error("websocket: {0}")]
+    Ws(#[from] tungstenite::Error),
+    /// No answer within the connect timeout.
+    #[error("handshake timed out")]
+    Timeout,
+    /// The server answered with an `Error`.
+    #[error("refused: {code}")]
+    Refused {
+        /// The error code's short name.
+        code: String,
+        /// The server's retryable flag.
+        retryable: bool,
+    },
+    /// The server closed the connection.
+    #[error("closed with code {0:?}")]
+    Closed(Option<u16>),
+    /// The server sent bytes that are not a `ServerEnvelope`.
+    #[error("bad server envelope: {0}")]
+    Decode(#[from] prost::DecodeError),
+}
+
+impl ConnectError {
+    /// Short label for the report's `connect_errors` map.
+    fn label(&self) -> String {
+        match self {
+            Self::Ws(tungstenite::Error::Io(e)) => format!("io_{:?}", e.kind()).to_lowercase(),
+            Self::Ws(_) => "websocket".into(),
+            Self::Timeout => "timeout".into(),
+            Self::Refused { code, .. } => code.clone(),
+            Self::Closed(c) => format!("closed_{}", c.map_or("none".into(), |c| c.to_string())),
+            Self::Decode(_) => "decode".into(),
+        }
+    }
+
+    /// Whether trying again may succeed.
+    fn retryable(&self) -> bool {
+        match self {
+            Self::Ws(_) | Self::Timeout => true,
+            Self::Refused { retryable, .. } => *retryable,
+            Self::Closed(c) => c.is_none_or(resumable_close),
+            Self::Decode(_) => false,
+        }
+    }
+}
+
+/// Close codes after which the bot reconnects (with its resume token).
+fn resumable_close(code: u16) -> bool {
+    matches!(code, 1001 | 1006 | 1011 | 1012 | 1013 | 4006 | 4008 | 4009)
+}
+
+/// How a connected session ended.
+#[derive(Debug)]
+enum SessionEnd {
+    /// The run's deadline: the bot closed normally.
+    Deadline,
+    /// The server closed the connection with this code (None: no close frame).
+    Closed(Option<u16>),
+    /// The connection failed without a close frame.
+    Abrupt,
+}
+
+/// Where a joined bot is in its room life.
+#[derive(Clone, Copy, Debug)]
+enum Phase {
+    Joined,
+    Leaving { since: Instant },
+    Away { until: Instant },
+    Joining { since: Instant },
+}
+
+/// Interactor bookkeeping.
+#[derive(Debug, Default)]
+struct Interact {
+    next_action: Option<Instant>,
+    held_prop: Option<u32>,
+    emoting: bool,
+    /// Consent ids this bot requested and that became active (to release later).
+    active: Vec<u64>,
+}
+
+/// One bot's state.
+pub(crate) struct Bot {
+    shared: Arc<Shared>,
+    spec: BotSpec,
+    rng: SmallRng,
+    epoch: Instant,
+    session_id: u64,
+    resume_token: Option<String>,
+    seq: u32,
+    walker: Walker,
+    last_sent: Pose,
+    first_move: bool,
+    rate: SendRate,
+    decoder: FrameDecoder,
+    own_entity: Option<u32>,
+    room_moves: Arc<RoomMoves>,
+    own_moves: Option<OwnMoves>,
+    seen_last: HashMap<u32, u64>,
+    last_frame_at: Option<Instant>,
+    resync_sent_at: Option<Instant>,
+    pings: VecDeque<(u64, Instant)>,
+    samples: LocalSamples,
+    phase: Phase,
+    leave_at: Option<Instant>,
+    frame_no: u32,
+    interact: Interact,
+}
+
+impl Bot {
+    pub(crate) fn new(shared: Arc<Shared>, spec: BotSpec) -> Self {
+        let mut rng = SmallRng::seed_from_u64(spec.seed);
+        let now = Instant::now();
+        let walker = Walker::new(
+            &spec.mix,
+            shared.cfg.scenario.room.half_extent_m,
+            now,
+            &mut rng,
+        );
+        let room_moves = shared.board.room(&spec.room);
+        let frame_no = rng.random_range(0..1000);
+        Self {
+            rate: SendRate::new(shared.cfg.send_rate),
+            last_sent: walker.pose(),
+            walker,
+            shared,
+            spec,
+            rng,
+            epoch: now,
+            session_id: 0,
+            resume_token: None,
+            seq: 0,
+            first_move: true,
+            decoder: FrameDecoder::new(),
+            own_entity: None,
+            room_moves,
+            own_moves: None,
+            seen_last: HashMap::new(),
+            last_frame_at: None,
+            resync_sent_at: None,
+            pings: VecDeque::new(),
+            samples: LocalSamples::default(),
+            phase: Phase::Joined,
+            leave_at: None,
+            frame_no,
+            interact: Interact::default(),
+        }
+    }
+
+    /// Runs the bot until `deadline`: the connect / session / resume loop.
+    pub(crate) async fn run(mut self, deadline: Instant) {
+        tokio::time::sleep_until(self.spec.start_at.into()).await;
+        let shared = self.shared.clone();
+        let stats = &shared.stats;
+        let cfg = &shared.cfg;
+        let mut ever_joined = false;
+        let mut attempts = 0u32;
+        let mut down_since: Option<Instant> = None;
+        let mut lost = false;
+        let mut backoff = Duration::from_millis(100);
+        while Instant::now() < deadline {
+            let started = Instant::now();
+            let resuming = down_since.is_some() && self.resume_token.is_some();
+            match self.connect_and_join(resuming, deadline).await {
+                Ok(mut ws) => {
+                    let now = Instant::now();
+                    if ever_joined {
+                        if let Some(t) = down_since.take() {
+                            Counters::add(&stats.counters.resumes, 1);
+                            stats.record(Metric::Resume, micros(now - t));
+                        }
+                    } else {
+                        ever_joined = true;
+                        Counters::add(&stats.counters.ever_joined, 1);
+                        stats.record(Metric::Connect, micros(now - started));
+                    }
+                    backoff = Duration::from_millis(100);
+                    Counters::add(&stats.counters.connected, 1);
+                    let end = self.session(&mut ws, deadline).await;
+                    stats
+                        .counters
+                        .connected
+                        .fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+                    Counters::add(&stats.counters.joined_micros, micros(now.elapsed()));
+                    self.leave_room_state();
+                    stats.flush(&mut self.samples);
+                    match end {
+                        SessionEnd::Deadline => break,
+                        SessionEnd::Closed(Some(code)) if !resumable_close(code) => {
+                            lost = true;
+                            break;
+                        }
+                        SessionEnd::Closed(_) | SessionEnd::Abrupt => {
+                            down_since.get_or_insert_with(Instant::now);
+                        }
+                    }
+                }
+                Err(e) => {
+                    Counters::add(&stats.counters.connect_failures, 1);
+                    stats.keyed.lock().connect_errors.bump(e.label());
+                    tracing::debug!(bot = self.spec.index, error = %e, "connect failed");
+                    if resuming
+                        && matches!(&e, ConnectError::Refused { code, .. } if code == "auth")
+                    {
+                        // The token is gone (e.g. expired): come back as a new session.
+                        self.resume_token = None;
+                    }
+                    attempts += 1;
+                    let give_up = if ever_joined {
+                        !e.retryable() && !resuming
+                    } else {
+                        !e.retryable() || attempts >= cfg.connect_attempts
+                    };
+                    if give_up {
+                        lost = ever_joined;
+                        break;
+                    }
+                }
+            }
+            let jitter = self.rng.random_range(0..=backoff.as_millis() as u64 / 2);
+            let wake = Instant::now() + backoff + Duration::from_millis(jitter);
+            if wake >= deadline {
+                break;
+            }
+            tokio::time::sleep_until(wake.into()).await;
+            backoff = (backoff * 2).min(Duration::from_secs(2));
+        }
+        if ever_joined && (lost || down_since.is_some()) {
+            Counters::add(&stats.counters.bots_lost, 1);
+        }
+        self.shared.stats.flush(&mut self.samples);
+    }
+
+    // === Handshake ===
+
+    async fn connect_and_join(
+        &mut self,
+        resuming: bool,
+        deadline: Instant,
+    ) -> Result<Ws, ConnectError> {
+        let cfg = &self.shared.cfg;
+        let hs_deadline =
+            (Instant::now() + cfg.connect_timeout).min(deadline + Duration::from_secs(1));
+        let connect =
+            tokio_tungstenite::connect_async_with_config(cfg.gateway.as_str(), None, true);
+        let (mut ws, _resp) = tokio::time::timeout_at(hs_deadline.into(), connect)
+            .await
+            .map_err(|_| ConnectError::Timeout)??;
+        let negotiate = Negotiate {
+            versions: vec![ProtocolVersion { major: 1, minor: 0 }],
+            auth_token: String::new(),
+            resume_token: if resuming {
+                self.resume_token.clone().unwrap_or_default()
+            } else {
+                String::new()
+            },
+            client_name: format!("plaza-load-{}", self.spec.index),
+        };
+        self.session_id = 0;
+        self.send(&mut ws, CBody::Negotiate(negotiate)).await?;
+        let negotiated = loop {
+            match self.recv_handshake(&mut ws, hs_deadline).await? {
+                SBody::Negotiated(n) => break n,
+                SBody::Error(e) => return Err(refused(&e)),
+                other => self.on_other(&mut ws, other).await?,
+            }
+        };
+        self.session_id = negotiated.session_id;
+        if !negotiated.resume_token.is_empty() {
+            self.resume_token = Some(negotiated.resume_token);
+        }
+        // A resumed session may be put back in its room by the gateway: wait briefly for that.
+        if resuming {
+            let wait = (Instant::now() + Duration::from_millis(500)).min(hs_deadline);
+            loop {
+                match self.recv_handshake(&mut ws, wait).await {
+                    Ok(SBody::Joined(j)) => {
+                        self.on_joined(j, Instant::now());
+                        return Ok(ws);
+                    }
+                    Ok(SBody::Error(e)) => return Err(refused(&e)),
+                    Ok(other) => self.on_other(&mut ws, other).await?,
+                    Err(ConnectError::Timeout) => break,
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+        let room_id = self.spec.room.clone();
+        self.send(&mut ws, CBody::Join(Join { room_id })).await?;
+        loop {
+            match self.recv_handshake(&mut ws, hs_deadline).await? {
+                SBody::Joined(j) => {
+                    self.on_joined(j, Instant::now());
+                    return Ok(ws);
+                }
+                SBody::Error(e) if resuming && e.code == ErrorCode::AlreadyJoined as i32 => {
+                    // The gateway already rejoined us; our entity id comes with the next Joined or
+                    // stays unknown (then this bot only observes).
+                    self.phase = Phase::Joined;
+                    return Ok(ws);
+                }
+                SBody::Error(e) => return Err(refused(&e)),
+                other => self.on_other(&mut ws, other).await?,
+            }
+        }
+    }
+
+    /// Reads the next server envelope body before `until`.
+    async fn recv_handshake(&mut self, ws: &mut Ws, until: Instant) -> Result<SBody, ConnectError> {
+        loop {
+            let msg = tokio::time::timeout_at(until.into(), ws.next())
+                .await
+                .map_err(|_| ConnectError::Timeout)?;
+            match msg {
+                None => return Err(ConnectError::Closed(None)),
+                Some(Err(e)) => return Err(e.into()),
+                Some(Ok(Message::Binary(b))) => {
+                    self.samples.down_bytes += b.len() as u64;
+                    let env = match ServerEnvelope::decode(b.as_ref()) {
+                        Ok(env) => env,
+                        Err(e) => {
+                            Counters::add(&self.shared.stats.counters.decode_errors, 1);
+                            return Err(e.into());
+                        }
+                    };
+                    if let Some(body) = env.body {
+                        return Ok(body);
+                    }
+                }
+                Some(Ok(Message::Close(frame))) => {
+                    let code = frame.map(|f| u16::from(f.code));
+                    self.count_close(code);
+                    return Err(ConnectError::Closed(code));
+                }
+                Some(Ok(Message::Text(_))) => {
+                    Counters::add(&self.shared.stats.counters.decode_errors, 1);
+                }
+                Some(Ok(_)) => {}
+            }
+        }
+    }
+
+    // === Session ===
+
+    async fn session(&mut self, ws: &mut Ws, deadline: Instant) -> SessionEnd {
+        let mut tick = tokio::time::interval(CLIENT_FRAME);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let stop = tokio::time::sleep_until(deadline.into());
+        tokio::pin!(stop);
+        loop {
+            let step = tokio::select! {
+                msg = ws.next() => self.on_ws(ws, msg).await,
+                _ = tick.tick() => self.on_client_frame(ws).await.map_err(|_| SessionEnd::Abrupt),
+                _ = &mut stop => Err(SessionEnd::Deadline),
+            };
+            match step {
+                Ok(()) => {}
+                Err(SessionEnd::Deadline) => {
+                    self.close_normally(ws).await;
+                    return SessionEnd::Deadline;
+                }
+                Err(end) => return end,
+            }
+        }
+    }
+
+    async fn close_normally(&mut self, ws: &mut Ws) {
+        let frame = CloseFrame {
+            code: CloseCode::Normal,
+            reason: "run over".into(),
+        };
+        if ws.send(Message::Close(Some(frame))).await.is_err() {
+            return;
+        }
+        // Drain until the server's close answer (frames still in flight are not counted).
+        let _ = tokio::time::timeout(Duration::from_secs(1), async {
+            while let Some(Ok(_)) = ws.next().await {}
+        })
+        .await;
+    }
+
+    async fn on_ws(
+        &mut self,
+        ws: &mut Ws,
+        msg: Option<Result<Message, tungstenite::Error>>,
+    ) -> Result<(), SessionEnd> {
+        match msg {
+            None => {
+                self.count_close(None);
+                Err(SessionEnd::Abrupt)
+            }
+            Some(Err(e)) => {
+                tracing::debug!(bot = self.spec.index, error = %e, "connection failed");
+                self.count_close(None);
+                Err(SessionEnd::Abrupt)
+            }
+            Some(Ok(Message::Binary(b))) => {
+                self.samples.down_bytes += b.len() as u64;
+                match ServerEnvelope::decode(b.as_ref()) {
+                    Ok(ServerEnvelope {
+                        body: Some(body), ..
+                    }) => self
+                        .on_server(ws, body)
+                        .await
+                        .map_err(|_| SessionEnd::Abrupt),
+                    Ok(_) => Ok(()),
+                    Err(_) => {
+                        Counters::add(&self.shared.stats.counters.decode_errors, 1);
+                        Ok(())
+                    }
+                }
+            }
+            Some(Ok(Message::Close(frame))) => {
+                let code = frame.map(|f| u16::from(f.code));
+                self.count_close(code);
+                Err(SessionEnd::Closed(code))
+            }
+            Some(Ok(Message::Text(_))) => {
+                // The protocol is binary only.
+                Counters::add(&self.shared.stats.counters.decode_errors, 1);
+                Ok(())
+            }
+            Some(Ok(_)) => Ok(()),
+        }
+    }
+
+    async fn on_server(&mut self, ws: &mut Ws, body: SBody) -> Result<(), tungstenite::Error> {
+        match body {
+            SBody::SnapshotFrame(f) => {
+                if let Some(resync) = self.on_frame(&f.frame, Instant::now()) {
+                    self.send(ws, CBody::Resync(resync)).await?;
+                }
+                Ok(())
+            }
+            SBody::Joined(j) => {
+                if matches!(self.phase, Phase::Joining { .. }) {
+                    Counters::add(&self.shared.stats.counters.rejoins, 1);
+                }
+                self.on_joined(j, Instant::now());
+                Ok(())
+            }
+            SBody::Left(_) => {
+                self.enter_away(Instant::now());
+                Ok(())
+            }
+            other => self.on_other(ws, other).await,
+        }
+    }
+
+    /// Messages that mean the same in the handshake and in the session.
+    async fn on_other(&mut self, ws: &mut Ws, body: SBody) -> Result<(), tungstenite::Error> {
+        let now = Instant::now();
+        match body {
+            SBody::Pong(p) => {
+                if let Some(i) = self.pings.iter().position(|(t, _)| *t == p.client_time_ms) {
+                    let (_, at) = self.pings[i];
+                    self.samples.rtt.push(micros(now - at));
+                    self.pings.drain(..=i);
+                }
+            }
+            SBody::Correction(c) => {
+                let reason = RejectReason::try_from(c.reason).map_or_else(
+                    |_| format!("unknown_{}", c.reason),
+                    |r| short(r.as_str_name(), "REJECT_REASON_"),
+                );
+                self.shared
+                    .stats
+                    .keyed
+                    .lock()
+                    .corrections_by_reason
+                    .bump(reason);
+                if let Some(p) = c.position {
+                    self.walker.teleport([p.x, p.y, p.z]);
+                }
+            }
+            SBody::Error(e) => {
+                let code = error_name(e.code);
+                self.shared.stats.keyed.lock().error_codes.bump(code);
+            }
+            SBody::Event(ev) => self.on_event(ws, ev).await?,
+            SBody::SnapshotFrame(f) => {
+                if let Some(resync) = self.on_frame(&f.frame, now) {
+                    self.send(ws, CBody::Resync(resync)).await?;
+                }
+            }
+            SBody::Joined(j) => self.on_joined(j, now),
+            SBody::Left(_) => self.enter_away(now),
+            SBody::Negotiated(_) => {}
+        }
+        Ok(())
+    }
+
+    fn on_joined(&mut self, j: pb::Joined, now: Instant) {
+        self.own_entity = Some(j.entity_id);
+        self.own_moves = Some(self.room_moves.register(j.entity_id));
+        if let Some(p) = j.position {
+            self.walker.teleport([p.x, p.y, p.z]);
+        }
+        self.decoder.reset();
+        self.resync_sent_at = None;
+        self.last_frame_at = None;
+        self.seen_last.clear();
+        self.first_move = true;
+        self.rate = SendRate::new(self.shared.cfg.send_rate);
+        self.phase = Phase::Joined;
+        self.leave_at = (self.spec.mix.kind == BotKind::Churner)
+            .then(|| now + secs(self.spec.mix.stay_s.sample(&mut self.rng)));
+        if self.spec.mix.kind == BotKind::Interactor {
+            self.interact = Interact {
+                next_action: Some(now + secs(self.spec.mix.action_every_s.sample(&mut self.rng))),
+                ..Interact::default()
+            };
+        }
+    }
+
+    fn enter_away(&mut self, now: Instant) {
+        self.leave_room_state();
+        self.phase = Phase::Away {
+            until: now + secs(self.spec.mix.away_s.sample(&mut self.rng)),
+        };
+    }
+
+    /// Forgets the room (own entity registration, held frames).
+    fn leave_room_state(&mut self) {
+        self.own_moves = None;
+        self.own_entity = None;
+        self.last_frame_at = None;
+        self.decoder.reset();
+    }
+
+    /// Decodes one snapshot frame; returns the `Resync` to send if it did not apply.
+    fn on_frame(&mut self, frame: &[u8], now: Instant) -> Option<Resync> {
+        self.samples.frames += 1;
+        if let Some(prev) = self.last_frame_at {
+            self.samples.snapshot_interval.push(micros(now - prev));
+        }
+        self.last_frame_at = Some(now);
+        let counters = &self.shared.stats.counters;
+        match self.decoder.apply(frame) {
+            Ok(d) => {
+                if d.keyframe {
+                    self.resync_sent_at = None;
+                    Counters::add(&counters.keyframes, 1);
+                }
+                for id in &d.removed {
+                    self.seen_last.remove(id);
+                }
+                if !d.changed.is_empty() {
+                    let own = self.own_entity;
+                    let decoder = &self.decoder;
+                    let samples = &mut self.samples.move_to_seen;
+                    let changed = d
+                        .changed
+                        .iter()
+                        .filter(|id| Some(**id) != own)
+                        .filter_map(|id| decoder.get(*id))
+                        .filter(|r| r.kind == 0)
+                        .map(|r| (r.id, r.pose.position_m()));
+                    self.room_moves.observe(
+                        now,
+                        changed,
+                        self.shared.cfg.seen_tolerance_m,
+                        &mut self.seen_last,
+                        |us| samples.push(us),
+                    );
+                }
+                None
+            }
+            Err(e) => {
+                if self.resync_sent_at.is_some_and(|t| now - t < RESYNC_RETRY) {
+                    // Deltas that were in flight behind the broken one: expected until the keyframe.
+                    Counters::add(&counters.frames_awaiting_keyframe, 1);
+                    return None;
+                }
+                let reason = match e {
+                    FrameError::ChainBreak { .. } => {
+                        Counters::add(&counters.check_failures, 1);
+                        ResyncReason::ChainBreak
+                    }
+                    FrameError::CheckMismatch { .. } => {
+                        Counters::add(&counters.check_failures, 1);
+                        ResyncReason::CheckMismatch
+                    }
+                    FrameError::Truncated | FrameError::Malformed(_) | FrameError::TooLarge => {
+                        Counters::add(&counters.decode_errors, 1);
+                        ResyncReason::DecodeError
+                    }
+                };
+                tracing::debug!(bot = self.spec.index, error = %e, "frame not applied");
+                Counters::add(&counters.keyframes_requested, 1);
+                self.resync_sent_at = Some(now);
+                Some(Resync {
+                    last_frame_seq: self.decoder.last_seq().unwrap_or(0),
+                    reason: reason as i32,
+                })
+            }
+        }
+    }
+
+    // === Client frame: movement, churn, interactions, pings ===
+
+    async fn on_client_frame(&mut self, ws: &mut Ws) -> Result<(), tungstenite::Error> {
+        let now = Instant::now();
+        self.frame_no = self.frame_no.wrapping_add(1);
+        match self.phase {
+            Phase::Joined => {
+                self.walker.step(&self.spec.mix, now, &mut self.rng);
+                let changed = self.walker.changed_since(&self.last_sent);
+                if self.rate.poll(now, changed, self.first_move).should_send() {
+                    self.send_movement(ws, now).await?;
+                }
+                if self.leave_at.is_some_and(|t| now >= t) {
+                    self.leave_at = None;
+                    self.send(ws, CBody::Leave(Leave {})).await?;
+                    self.phase = Phase::Leaving { since: now };
+                } else if self.interact.next_action.is_some_and(|t| now >= t) {
+                    self.interact_once(ws, now).await?;
+                }
+            }
+            Phase::Leaving { since } => {
+                if now - since > Duration::from_secs(5) {
+                    // No Left came: assume we are out.
+                    self.enter_away(now);
+                }
+            }
+            Phase::Away { until } => {
+                if now >= until {
+                    let room_id = self.spec.room.clone();
+                    self.send(ws, CBody::Join(Join { room_id })).await?;
+                    self.phase = Phase::Joining { since: now };
+                }
+            }
+            Phase::Joining { since } => {
+                if now - since > self.shared.cfg.connect_timeout {
+                    // Rejoin unanswered: try again.
+                    self.phase = Phase::Away { until: now };
+                }
+            }
+        }
+        let ping_frames =
+            (self.shared.cfg.ping_interval.as_millis() / CLIENT_FRAME.as_millis()).max(1);
+        if u128::from(self.frame_no) % ping_frames == 0 {
+            let t = unix_ms();
+            self.pings.push_back((t, now));
+            if self.pings.len() > 8 {
+                self.pings.pop_front();
+            }
+            self.samples.pings += 1;
+            self.send(ws, CBody::Ping(Ping { client_time_ms: t }))
+                .await?;
+        }
+        if self.frame_no.is_multiple_of(FLUSH_EVERY) {
+            self.shared.stats.flush(&mut self.samples);
+        }
+        Ok(())
+    }
+
+    async fn send_movement(&mut self, ws: &mut Ws, now: Instant) -> Result<(), tungstenite::Error> {
+        let pose = self.walker.pose();
+        let speed = (pose.velocity[0].powi(2) + pose.velocity[2].powi(2)).sqrt();
+        let kind = if !self.walker.is_walking() || speed < 0.01 {
+            MovementKind::Idle
+        } else if speed < 2.0 {
+            MovementKind::Walk
+        } else {
+            MovementKind::Jog
+        };
+        let m = Movement {
+            position: Some(vec3(pose.position)),
+            velocity: Some(vec3(pose.velocity)),
+            rotation_y: pose.yaw_deg,
+            movement_kind: kind as i32,
+            anim_flags: pb::AnimFlag::Grounded as u32,
+            is_instant: self.first_move,
+            timestamp: now.duration_since(self.epoch).as_secs_f64(),
+            ..Movement::default()
+        };
+        self.send(ws, CBody::Movement(m)).await?;
+        if let Some(own) = &self.own_moves {
+            own.sent(now, pose.position);
+        }
+        self.samples.movements += 1;
+        self.last_sent = pose;
+        self.first_move = false;
+        Ok(())
+    }
+
+    /// One interactor action: place a held prop, pick one up, request consent, or emote.
+    async fn interact_once(&mut self, ws: &mut Ws, now: Instant) -> Result<(), tungstenite::Error> {
+        let mix = &self.spec.mix;
+        self.interact.next_action = Some(now + secs(mix.action_every_s.sample(&mut self.rng)));
+        let pos = self.walker.pose().position;
+        let counters = &self.shared.stats.counters;
+        if let Some(consent_id) = self.interact.active.pop() {
+            Counters::add(&counters.consent_sent, 1);
+            let c = ConsentAction {
+                op: ConsentOp::Release as i32,
+                consent_id,
+                ..ConsentAction::default()
+            };
+            return self.send(ws, CBody::Consent(c)).await;
+        }
+        let roll: f64 = self.rng.random();
+        if let Some(prop) = self.interact.held_prop.filter(|_| roll < 0.5) {
+            Counters::add(&counters.interactions_sent, 1);
+            let i = Interaction {
+                kind: InteractionKind::Place as i32,
+                prop_id: prop,
+                position: Some(vec3([pos[0] + 0.5, pos[1], pos[2]])),
+                velocity: Some(vec3([0.0; 3])),
+            };
+            return self.send(ws, CBody::Interaction(i)).await;
+        }
+        if roll < 0.6 {
+            Counters::add(&counters.interactions_sent, 1);
+            let i = Interaction {
+                kind: InteractionKind::Pickup as i32,
+                prop_id: self.rng.random_range(1..=mix.props),
+                position: Some(vec3(pos)),
+                velocity: None,
+            };
+            return self.send(ws, CBody::Interaction(i)).await;
+        }
+        if roll < 0.85 {
+            let own = self.own_entity;
+            let others: Vec<u32> = self
+                .decoder
+                .entities()
+                .filter(|r| r.kind == 0 && Some(r.id) != own)
+                .map(|r| r.id)
+                .collect();
+            if !others.is_empty() {
+                let target = others[self.rng.random_range(0..others.len())];
+                let kind = ["hand_hold", "follow", "adjust"][self.rng.random_range(0..3)];
+                Counters::add(&counters.consent_sent, 1);
+                let c = ConsentAction {
+                    op: ConsentOp::Request as i32,
+                    kind: kind.into(),
+                    target_entity: target,
+                    consent_id: 0,
+                };
+                return self.send(ws, CBody::Consent(c)).await;
+            }
+        }
+        Counters::add(&counters.emotes_sent, 1);
+        self.interact.emoting = !self.interact.emoting;
+        let e = Emote {
+            emote_id: if self.interact.emoting {
+                "wave".into()
+            } else {
+                String::new()
+            },
+            timestamp_ms: unix_ms(),
+            stop: !self.interact.emoting,
+        };
+        self.send(ws, CBody::Emote(e)).await
+    }
+
+    async fn on_event(&mut self, ws: &mut Ws, ev: pb::Event) -> Result<(), tungstenite::Error> {
+        let Some(kind) = ev.kind else {
+            return Ok(());
+        };
+        let name = match &kind {
+            EventKind::Prop(_) => "prop",
+            EventKind::Consent(_) => "consent",
+            EventKind::Emote(_) => "emote",
+            EventKind::SceneTick(_) => "scene_tick",
+            EventKind::SceneSync(_) => "scene_sync",
+            EventKind::Rejected(_) => "rejected",
+        };
+        self.shared.stats.keyed.lock().events_by_kind.bump(name);
+        let own = self.own_entity;
+        match kind {
+            EventKind::Prop(p) => {
+                self.shared
+                    .props
+                    .observe(&self.spec.room, &p, &self.shared.stats);
+                if own.is_some_and(|o| o == p.holder_entity) {
+                    self.interact.held_prop = Some(p.prop_id);
+                } else if self.interact.held_prop == Some(p.prop_id) {
+                    self.interact.held_prop = None;
+                }
+            }
+            EventKind::Rejected(r) => {
+                let reason = if r.reason.is_empty() {
+                    "unspecified".into()
+                } else {
+                    r.reason
+                };
+                self.shared
+                    .stats
+                    .keyed
+                    .lock()
+                    .rejections_by_reason
+                    .bump(reason);
+            }
+            EventKind::Consent(c) if self.spec.mix.kind == BotKind::Interactor => {
+                let state = c.state.to_ascii_lowercase();
+                let counters = &self.shared.stats.counters;
+                if own == Some(c.target_entity)
+                    && (state.contains("request") || state.contains("pending"))
+                {
+                    let op = if self.rng.random_bool(0.8) {
+                        ConsentOp::Consent
+                    } else {
+                        ConsentOp::Decline
+                    };
+                    Counters::add(&counters.consent_sent, 1);
+                    let a = ConsentAction {
+                        op: op as i32,
+                        consent_id: c.consent_id,
+                        ..ConsentAction::default()
+                    };
+                    self.send(ws, CBody::Consent(a)).await?;
+                } else if own == Some(c.requester_entity)
+                    && (state.contains("consent")
+                        || state.contains("accept")
+                        || state.contains("grant"))
+                {
+                    Counters::add(&counters.consent_sent, 1);
+                    let a = ConsentAction {
+                        op: ConsentOp::Activate as i32,
+                        consent_id: c.consent_id,
+                        ..ConsentAction::default()
+                    };
+                    self.send(ws, CBody::Consent(a)).await?;
+                } else if own == Some(c.requester_entity) && state.contains("activ") {
+                    self.interact.active.push(c.consent_id);
+                }
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    // === Helpers ===
+
+    async fn send(&mut self, ws: &mut Ws, body: CBody) -> Result<(), tungstenite::Error> {
+        self.seq = self.seq.wrapping_add(1);
+        let env = ClientEnvelope {
+            session_id: self.session_id,
+            sequence: self.seq,
+            sent_at_ms: unix_ms(),
+            body: Some(body),
+        };
+        let bytes = env.encode_to_vec();
+        self.samples.up_bytes += bytes.len() as u64;
+        ws.send(Message::Binary(bytes.into())).await
+    }
+
+    fn count_close(&self, code: Option<u16>) {
+        // 1006: closed without a close frame (RFC 6455's "abnormal closure").
+        let key = code.unwrap_or(1006).to_string();
+        self.shared.stats.keyed.lock().close_codes.bump(key);
+    }
+}
+
+fn refused(e: &pb::Error) -> ConnectError {
+    ConnectError::Refused {
+        code: error_name(e.code),
+        retryable: e.retryable,
+    }
+}
+
+/// `ERROR_CODE_ROOM_FULL` → `room_full`.
+fn error_name(code: i32) -> String {
+    ErrorCode::try_from(code).map_or_else(
+        |_| format!("unknown_{code}"),
+        |c| short(c.as_str_name(), "ERROR_CODE_"),
+    )
+}
+
+fn short(name: &str, prefix: &str) -> String {
+    name.strip_prefix(prefix)
+        .unwrap_or(name)
+        .to_ascii_lowercase()
+}
+
+fn vec3(v: [f32; 3]) -> Vec3 {
+    Vec3 {
+        x: v[0],
+        y: v[1],
+        z: v[2],
+    }
+}
+
+fn secs(s: f64) -> Duration {
+    Duration::from_secs_f64(s.max(0.0))
+}
+
+fn micros(d: Duration) -> u64 {
+    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
+}
+
+fn unix_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_and_close_policy() {
+        assert_eq!(error_name(ErrorCode::RoomFull as i32), "room_full");
+        assert_eq!(error_name(999), "unknown_999");
+        assert!(resumable_close(1001) && resumable_close(4008));
+        assert!(!resumable_close(1000) && !resumable_close(4004) && !resumable_close(4005));
+        assert!(ConnectError::Closed(None).retryable());
+        assert!(!ConnectError::Closed(Some(4001)).retryable());
+        assert_eq!(ConnectError::Closed(Some(4005)).label(), "closed_4005");
+    }
+}

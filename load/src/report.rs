@@ -1,0 +1,447 @@
+//! The run report: JSON (serde), a Markdown summary, a terminal summary, and the files beside
+//! the JSON (`<stem>.md`, `<stem>-*.png` via [`crate::plot`]).
+//!
+//! Latencies are [`Percentiles`] in milliseconds. Byte rates are per bot per second of that
+//! bot's connected time. This module computes nothing from the network; `lib.rs` fills it.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::stats::{KeyedCounts, Percentiles};
+
+/// One second of the run.
+#[derive(Clone, Debug, Default, Deserialize, PartialEq, Serialize)]
+pub struct SeriesPoint {
+    /// Seconds since the run started.
+    pub t_s: f64,
+    /// Bots joined at that moment.
+    pub connected: u64,
+    /// Snapshot frames received per second (all bots).
+    pub frames_per_s: f64,
+    /// WS payload bytes received per connected bot in that second.
+    pub down_bytes_per_bot_per_s: f64,
+    /// WS payload bytes sent per connected bot in that second.
+    pub up_bytes_per_bot_per_s: f64,
+    /// Snapshot interval p99 in that second (ms).
+    pub snapshot_interval_p99_ms: Option<f64>,
+    /// Move-to-seen p50 in that second (ms).
+    pub move_to_seen_p50_ms: Option<f64>,
+    /// Move-to-seen p99 in that second (ms).
+    pub move_to_seen_p99_ms: Option<f64>,
+    /// Ping round trip p99 in that second (ms).
+    pub rtt_p99_ms: Option<f64>,
+    /// Server room tick p99 in that second (ms), from `plaza_room_tick_duration_seconds`.
+    pub server_tick_p99_ms: Option<f64>,
+}
+
+/// Everything a run measured.
+#[derive(Clone, Debug, Default, Deserialize, PartialEq, Serialize)]
+pub struct Report {
+    /// Gateway URL.
+    pub gateway: String,
+    /// Scenario name.
+    pub scenario: String,
+    /// Bot kinds and how many bots of each.
+    pub bot_kinds: KeyedCounts,
+    /// Rooms the bots were spread over.
+    pub rooms: usize,
+    /// RNG seed of the run.
+    pub seed: u64,
+    /// Configured duration (s).
+    pub duration_s: f64,
+    /// Wall time the run took (s).
+    pub elapsed_s: f64,
+    /// Bots asked for.
+    pub bots_requested: u64,
+    /// Bots that joined their room at least once.
+    pub bots_connected: u64,
+    /// Bots that never joined.
+    pub bots_failed: u64,
+    /// Bots that joined but ended the run disconnected against their will.
+    pub bots_lost: u64,
+    /// Failed connect / handshake attempts (including retries).
+    pub connect_failures: u64,
+    /// Failed attempts by cause.
+    pub connect_errors: KeyedCounts,
+    /// Snapshot frames received.
+    pub frames_received: u64,
+    /// Keyframes received (joins and resyncs).
+    pub keyframes_received: u64,
+    /// Frames or envelopes that did not decode (not chain breaks or check mismatches).
+    pub decode_errors: u64,
+    /// Chain breaks plus check mismatches.
+    pub check_failures: u64,
+    /// `Resync` messages sent.
+    pub keyframes_requested: u64,
+    /// Deltas that arrived between a `Resync` and its keyframe (not applied, expected).
+    pub frames_awaiting_keyframe: u64,
+    /// Movement messages sent.
+    pub movements_sent: u64,
+    /// Pings sent.
+    pub pings_sent: u64,
+    /// WS payload bytes received, all bots.
+    pub down_bytes_total: u64,
+    /// WS payload bytes sent, all bots.
+    pub up_bytes_total: u64,
+    /// Received bytes per bot per second of connected time.
+    pub down_bytes_per_bot_per_s: f64,
+    /// Sent bytes per bot per second of connected time.
+    pub up_bytes_per_bot_per_s: f64,
+    /// Time between consecutive snapshot frames of one bot.
+    pub snapshot_interval_ms: Percentiles,
+    /// Time from a bot's move until another bot in the room decodes it (every observer).
+    pub move_to_seen_ms: Percentiles,
+    /// Ping → Pong round trip.
+    pub rtt_ms: Percentiles,
+    /// Connect + negotiate + join of a bot's first session.
+    pub connect_ms: Percentiles,
+    /// Disconnect → joined again, for resumed sessions.
+    pub resume_ms: Percentiles,
+    /// Sessions taken back after a disconnect.
+    pub resumes: u64,
+    /// Churner rejoins on the same connection.
+    pub rejoins: u64,
+    /// Close codes the server closed with ("1006": no close frame).
+    pub close_codes: KeyedCounts,
+    /// `Error` messages by code.
+    pub error_codes: KeyedCounts,
+    /// Corrections by reason.
+    pub corrections_by_reason: KeyedCounts,
+    /// Refused requests (`RequestRejected`) by reason.
+    pub rejections_by_reason: KeyedCounts,
+    /// Room events by kind.
+    pub events_by_kind: KeyedCounts,
+    /// Interaction messages sent (pickup / place).
+    pub interactions_sent: u64,
+    /// Consent messages sent.
+    pub consent_sent: u64,
+    /// Emote messages sent.
+    pub emotes_sent: u64,
+    /// Props seen with two holders at one revision.
+    pub double_holds: u64,
+    /// Props passed straight from one holder to another.
+    pub holder_handoffs: u64,
+    /// Server room tick p99 over the whole run (ms), if `--metrics-url` was scraped.
+    pub server_tick_p99_ms: Option<f64>,
+    /// Server room tick p50 over the whole run (ms).
+    pub server_tick_p50_ms: Option<f64>,
+    /// Room ticks observed in the scrape window.
+    pub server_ticks: Option<u64>,
+    /// CPU seconds (user + system) the load tool itself used.
+    pub load_cpu_seconds: f64,
+    /// Per-second series.
+    pub series: Vec<SeriesPoint>,
+}
+
+/// Paths of the files [`Report::write_files`] wrote.
+#[derive(Clone, Debug, Default)]
+pub struct WrittenFiles {
+    /// The JSON report.
+    pub json: PathBuf,
+    /// The Markdown summary.
+    pub markdown: PathBuf,
+    /// The PNG plots.
+    pub plots: Vec<PathBuf>,
+}
+
+impl Report {
+    /// Writes the JSON to `json_path`, the Markdown summary beside it (`<stem>.md`), and the PNG
+    /// plots (`<stem>-<name>.png`). A failed plot is reported as an error after the rest.
+    pub fn write_files(&self, json_path: &Path) -> anyhow::Result<WrittenFiles> {
+        if let Some(dir) = json_path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir)?;
+        }
+        std::fs::write(json_path, serde_json::to_vec_pretty(self)?)?;
+        let stem = json_path
+            .file_stem()
+            .map_or_else(|| "report".into(), |s| s.to_string_lossy().into_owned());
+        let sibling = |suffix: &str| json_path.with_file_name(format!("{stem}{suffix}"));
+        let plots = crate::plot::write_plots(self, &sibling)?;
+        let markdown = sibling(".md");
+        let names: Vec<String> = plots
+            .iter()
+            .filter_map(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
+            .collect();
+        std::fs::write(&markdown, self.to_markdown(&names))?;
+        Ok(WrittenFiles {
+            json: json_path.to_owned(),
+            markdown,
+            plots,
+        })
+    }
+
+    /// The Markdown summary; `plots` are file names of PNGs beside it to embed.
+    pub fn to_markdown(&self, plots: &[String]) -> String {
+        let mut s = String::new();
+        let _ = writeln!(s, "# plaza-load report: {}\n", self.scenario);
+        let _ = writeln!(
+            s,
+            "{} bots requested over {} rooms against `{}` for {:.0} s (seed {}).\n",
+            self.bots_requested, self.rooms, self.gateway, self.duration_s, self.seed
+        );
+        let _ = writeln!(s, "| | |\n|---|---|");
+        let rows: Vec<(&str, String)> = vec![
+            (
+                "bots connected / failed / lost",
+                format!(
+                    "{} / {} / {}",
+                    self.bots_connected, self.bots_failed, self.bots_lost
+                ),
+            ),
+            ("bot kinds", kv(&self.bot_kinds)),
+            ("frames received", self.frames_received.to_string()),
+            ("decode errors", self.decode_errors.to_string()),
+            ("check failures", self.check_failures.to_string()),
+            ("keyframes requested", self.keyframes_requested.to_string()),
+            (
+                "down bytes / bot / s",
+                format!("{:.0}", self.down_bytes_per_bot_per_s),
+            ),
+            (
+                "up bytes / bot / s",
+                format!("{:.0}", self.up_bytes_per_bot_per_s),
+            ),
+            ("resumes", self.resumes.to_string()),
+            ("rejoins (churn)", self.rejoins.to_string()),
+            (
+                "connect failures",
+                format!("{} {}", self.connect_failures, kv(&self.connect_errors)),
+            ),
+            ("close codes", kv(&self.close_codes)),
+            ("error codes", kv(&self.error_codes)),
+            ("corrections by reason", kv(&self.corrections_by_reason)),
+            ("rejections by reason", kv(&self.rejections_by_reason)),
+            ("events by kind", kv(&self.events_by_kind)),
+            ("double holds", self.double_holds.to_string()),
+            (
+                "server tick p50 / p99",
+                match (self.server_tick_p50_ms, self.server_tick_p99_ms) {
+                    (Some(a), Some(b)) => format!("{a:.3} ms / {b:.3} ms"),
+                    _ => "not scraped".into(),
+                },
+            ),
+            (
+                "load tool CPU",
+                format!(
+                    "{:.1} s over {:.1} s wall",
+                    self.load_cpu_seconds, self.elapsed_s
+                ),
+            ),
+        ];
+        for (k, v) in rows {
+            let _ = writeln!(s, "| {k} | {v} |");
+        }
+        let _ = writeln!(
+            s,
+            "\n| latency (ms) | p50 | p99 | max | samples |\n|---|---|---|---|---|"
+        );
+        for (name, p) in self.latencies() {
+            let _ = writeln!(
+                s,
+                "| {name} | {:.1} | {:.1} | {:.1} | {} |",
+                p.p50, p.p99, p.max, p.count
+            );
+        }
+        if !plots.is_empty() {
+            let _ = writeln!(s);
+            for p in plots {
+                let _ = writeln!(s, "![{p}]({p})");
+            }
+        }
+        s
+    }
+
+    /// The latency distributions with their names.
+    pub fn latencies(&self) -> [(&'static str, Percentiles); 5] {
+        [
+            ("snapshot interval", self.snapshot_interval_ms),
+            ("move to seen", self.move_to_seen_ms),
+            ("ping rtt", self.rtt_ms),
+            ("connect", self.connect_ms),
+            ("resume", self.resume_ms),
+        ]
+    }
+
+    /// A short human summary for the terminal.
+    pub fn summary(&self) -> String {
+        let mut s = String::new();
+        let _ = writeln!(
+            s,
+            "bots {}/{} connected ({} failed, {} lost), {} frames, {} decode errors, {} check failures, {} keyframes requested",
+            self.bots_connected,
+            self.bots_requested,
+            self.bots_failed,
+            self.bots_lost,
+            self.frames_received,
+            self.decode_errors,
+            self.check_failures,
+            self.keyframes_requested
+        );
+        let _ = writeln!(
+            s,
+            "bytes/bot/s down {:.0} up {:.0}; resumes {}; close codes {}; corrections {}",
+            self.down_bytes_per_bot_per_s,
+            self.up_bytes_per_bot_per_s,
+            self.resumes,
+            kv(&self.close_codes),
+            kv(&self.corrections_by_reason)
+        );
+        for (name, p) in self.latencies() {
+            if p.count > 0 {
+                let _ = writeln!(
+                    s,
+                    "{name:>18}: p50 {:7.1} ms  p99 {:7.1} ms  max {:7.1} ms  ({} samples)",
+                    p.p50, p.p99, p.max, p.count
+                );
+            }
+        }
+        match self.server_tick_p99_ms {
+            Some(t) => {
+                let _ = writeln!(
+                    s,
+                    "server tick p99 {t:.3} ms; load tool CPU {:.1} s",
+                    self.load_cpu_seconds
+                );
+            }
+            None => {
+                let _ = writeln!(s, "load tool CPU {:.1} s", self.load_cpu_seconds);
+            }
+        }
+        s
+    }
+}
+
+fn kv(k: &KeyedCounts) -> String {
+    if k.0.is_empty() {
+        return "-".into();
+    }
+    k.0.iter()
+        .map(|(k, v)| format!("{k}: {v}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    pub(crate) fn sample_report() -> Report {
+        let mut r = Report {
+            gateway: "ws://127.0.0.1:7777/v1/ws".into(),
+            scenario: "walkers".into(),
+            rooms: 2,
+            bots_requested: 10,
+            bots_connected: 9,
+            bots_failed: 1,
+            duration_s: 3.0,
+            snapshot_interval_ms: Percentiles {
+                p50: 50.0,
+                p99: 60.0,
+                max: 80.0,
+                mean: 50.0,
+                count: 100,
+            },
+            server_tick_p99_ms: Some(1.5),
+            server_tick_p50_ms: Some(0.5),
+            ..Report::default()
+        };
+        r.close_codes.bump("4004");
+        for t in 0..3 {
+            r.series.push(SeriesPoint {
+                t_s: f64::from(t),
+                connected: 9,
+                frames_per_s: 180.0,
+                down_bytes_per_bot_per_s: 1000.0 + f64::from(t),
+                up_bytes_per_bot_per_s: 300.0,
+                snapshot_interval_p99_ms: Some(55.0),
+                move_to_seen_p50_ms: Some(40.0),
+                move_to_seen_p99_ms: Some(90.0),
+                rtt_p99_ms: None,
+                server_tick_p99_ms: Some(1.0),
+            });
+        }
+        r
+    }
+
+    #[test]
+    fn json_round_trips_with_the_required_fields() {
+        let r = sample_report();
+        let text = serde_json::to_string(&r).unwrap();
+        let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+        for key in [
+            "bots_requested",
+            "bots_connected",
+            "bots_failed",
+            "decode_errors",
+            "check_failures",
+            "keyframes_requested",
+            "frames_received",
+            "down_bytes_per_bot_per_s",
+            "up_bytes_per_bot_per_s",
+            "close_codes",
+            "corrections_by_reason",
+            "resumes",
+            "bots_lost",
+            "load_cpu_seconds",
+            "series",
+        ] {
+            assert!(v.get(key).is_some(), "missing {key}");
+        }
+        for key in [
+            "snapshot_interval_ms",
+            "move_to_seen_ms",
+            "rtt_ms",
+            "resume_ms",
+        ] {
+            for p in ["p50", "p99", "max"] {
+                assert!(v[key].get(p).is_some(), "missing {key}.{p}");
+            }
+        }
+        assert_eq!(v["snapshot_interval_ms"]["p99"], 60.0);
+        assert_eq!(v["close_codes"]["4004"], 1);
+        let back: Report = serde_json::from_str(&text).unwrap();
+        assert_eq!(back, r);
+    }
+
+    #[test]
+    fn markdown_and_summary_carry_the_numbers() {
+        let r = sample_report();
+        let md = r.to_markdown(&["r-latency.png".into()]);
+        assert!(
+            md.contains("| bots connected / failed / lost | 9 / 1 / 0 |"),
+            "{md}"
+        );
+        assert!(
+            md.contains("| snapshot interval | 50.0 | 60.0 | 80.0 | 100 |"),
+            "{md}"
+        );
+        assert!(md.contains("![r-latency.png](r-latency.png)"));
+        assert!(md.contains("4004: 1"));
+        let s = r.summary();
+        assert!(s.contains("bots 9/10 connected"), "{s}");
+        assert!(s.contains("server tick p99 1.500 ms"), "{s}");
+    }
+
+    #[test]
+    fn writes_json_markdown_and_plots() {
+        let dir = std::env::temp_dir().join(format!("plaza-load-report-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let files = sample_report().write_files(&dir.join("run.json")).unwrap();
+        let json: Report = serde_json::from_slice(&std::fs::read(&files.json).unwrap()).unwrap();
+        assert_eq!(json.bots_connected, 9);
+        assert!(files.markdown.ends_with("run.md"));
+        assert!(
+            std::fs::read_to_string(&files.markdown)
+                .unwrap()
+                .contains("run-latency.png")
+        );
+        assert_eq!(files.plots.len(), 4);
+        for p in &files.plots {
+            let bytes = std::fs::read(p).unwrap();
+            assert_eq!(&bytes[..8], b"\x89PNG\r\n\x1a\n", "{}", p.display());
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
