@@ -1011,7 +1011,8 @@ impl FrameEncoder {
             (None, Some(_)) => FLAG_OWN_CLEAR,
             (None, None) => 0,
         };
-        let check = keyframe || (self.cfg.check_every > 0 && seq.is_multiple_of(self.cfg.check_every));
+        let check =
+            keyframe || (self.cfg.check_every > 0 && seq.is_multiple_of(self.cfg.check_every));
 
         // Budget: defer the least important steady pose updates.
         let mut deferred = 0u32;

@@ -39,6 +39,37 @@ pub struct Pose {
     pub point_at: Option<[f32; 3]>,
 }
 
+impl From<&crate::pb::Movement> for Pose {
+    /// The pose of the seed's movement message (missing vectors read as zero; head IK present
+    /// when either axis is enabled, a disabled axis reads 0).
+    fn from(m: &crate::pb::Movement) -> Self {
+        let v3 = |v: &Option<crate::pb::Vec3>| v.as_ref().map_or([0.0; 3], |v| [v.x, v.y, v.z]);
+        let head = (m.head_ik_yaw_enabled || m.head_ik_pitch_enabled).then_some([
+            if m.head_ik_yaw_enabled {
+                m.head_yaw
+            } else {
+                0.0
+            },
+            if m.head_ik_pitch_enabled {
+                m.head_pitch
+            } else {
+                0.0
+            },
+        ]);
+        Self {
+            position: v3(&m.position),
+            velocity: v3(&m.velocity),
+            yaw_deg: m.rotation_y,
+            movement_kind: u8::try_from(m.movement_kind)
+                .unwrap_or(0)
+                .min(MOVEMENT_KIND_MAX),
+            anim_flags: (m.anim_flags & 0x03ff) as u16,
+            head,
+            point_at: m.is_pointing_at.then(|| v3(&m.point_at)),
+        }
+    }
+}
+
 /// A pose in integers: what travels and what a client holds.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct QuantPose {
