@@ -12,6 +12,7 @@ use std::collections::BTreeMap;
 
 use rapier3d::control::{CharacterAutostep, CharacterLength, KinematicCharacterController};
 use rapier3d::math::{Pose, Rotation, Vector};
+use rapier3d::parry::query::ShapeCastOptions;
 use rapier3d::parry::shape::{Capsule, Shape, SharedShape};
 use rapier3d::prelude::{
     ColliderBuilder, PhysicsWorld, RigidBodyBuilder, RigidBodyHandle, RigidBodyType,
@@ -416,16 +417,40 @@ impl RoomPhysics {
         let desired = v(claimed.position) - current;
         let moved = {
             let queries = self.statics.query_pipeline();
-            self.controller.move_shape(
-                self.cfg.step_dt,
-                &queries,
-                &self.capsule,
-                &Pose::from_translation(current + center_offset),
-                desired,
-                |_| {},
-            )
+            let pose = Pose::from_translation(current + center_offset);
+            let len = desired.length();
+            // Fast path: one sweep; if nothing is in the way the controller would apply the
+            // whole translation in its first iteration, so skip its extra ground queries.
+            let free = len > 1.0e-5
+                && queries
+                    .cast_shape(
+                        &pose,
+                        desired / len,
+                        &self.capsule,
+                        ShapeCastOptions {
+                            target_distance: CONTROLLER_OFFSET_M,
+                            stop_at_penetration: false,
+                            max_time_of_impact: len,
+                            compute_impact_geometry_on_penetration: true,
+                        },
+                    )
+                    .is_none();
+            if free {
+                desired
+            } else {
+                self.controller
+                    .move_shape(
+                        self.cfg.step_dt,
+                        &queries,
+                        &self.capsule,
+                        &pose,
+                        desired,
+                        |_| {},
+                    )
+                    .translation
+            }
         };
-        let new_pos = current + moved.translation;
+        let new_pos = current + moved;
         let body = avatar.body;
         avatar.position = new_pos;
         avatar.pending_placement = false;
