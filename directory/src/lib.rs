@@ -13,6 +13,8 @@
 //! - [`error`]: [`DirectoryError`] with stable [`DirectoryError::code`]s.
 //! - [`clock`]: the injectable [`Clock`] used by the in-memory backend.
 //! - [`policy`]: the placement policy (weighted rendezvous hashing), shared by both backends.
+//! - [`lease`]: owner-side [`RoomLease`] (stop committing before the lease can lapse) and
+//!   the periodic [`Sweeper`].
 //! - [`memory`]: [`MemoryDirectory`], the embedded backend of `plaza up`.
 //! - [`redis_dir`]: [`RedisDirectory`], the cluster backend (Lua scripts, server time).
 //! - `test_util` (feature `test-util`): a `redis-server` harness for integration tests.
@@ -33,6 +35,7 @@
 
 pub mod clock;
 pub mod error;
+pub mod lease;
 pub mod memory;
 pub mod policy;
 pub mod redis_dir;
@@ -44,6 +47,7 @@ use std::sync::Arc;
 
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use error::DirectoryError;
+pub use lease::{RoomLease, Sweeper};
 pub use memory::MemoryDirectory;
 pub use policy::rendezvous_pick;
 pub use redis_dir::{RedisDirectory, RedisOptions};
