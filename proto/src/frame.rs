@@ -603,7 +603,13 @@ fn write_change<S: BitSink>(w: &mut S, h: &Held, mask: u8, p: &QuantPose, tier: 
         write_head(w, old.head, p.head);
     }
     if mask & G_POINT != 0 {
-        write_point(w, old.point_at_mm, p.point_at_mm, p.position_mm);
+        // Relative to the position the client holds after this change.
+        let pos = if mask & G_MOTION != 0 {
+            p.position_mm
+        } else {
+            old.position_mm
+        };
+        write_point(w, old.point_at_mm, p.point_at_mm, pos);
     }
     if mask & G_TIER != 0 {
         w.put(u64::from(tier & 3), 2);
@@ -839,7 +845,7 @@ fn read_selection(r: &mut BitReader<'_>, n: usize, sel: &mut Vec<u32>) -> Result
 struct Pending {
     model_idx: u32,
     post_idx: u32,
-    vis: u32,
+    pose: QuantPose,
     mask: u8,
     tier: u8,
     mandatory: bool,
@@ -861,7 +867,7 @@ pub struct FrameEncoder {
     credit: i64,
     removed: Vec<u32>,
     pending: Vec<Pending>,
-    news: Vec<u32>,
+    news: Vec<(EntityRecord, u8)>,
     sel: Vec<u32>,
     next: Vec<Held>,
     order: Vec<u32>,
@@ -959,10 +965,10 @@ impl FrameEncoder {
                     last_vis = Some(v.record.id);
                     if h.rec.generation != v.record.generation || h.rec.kind != v.record.kind {
                         self.removed.push(h.rec.id);
-                        self.news.push(j as u32);
+                        self.news.push(sanitized(v));
                     } else {
                         let tier = v.tier.min(3);
-                        let new = &v.record.pose;
+                        let new = &v.record.pose.canonical();
                         let mut mask = groups(&h.rec.pose, new);
                         if tier != h.tier {
                             mask |= G_TIER;
@@ -979,7 +985,7 @@ impl FrameEncoder {
                             self.pending.push(Pending {
                                 model_idx: i as u32,
                                 post_idx: post,
-                                vis: j as u32,
+                                pose: *new,
                                 mask,
                                 tier,
                                 mandatory,
@@ -995,7 +1001,7 @@ impl FrameEncoder {
                 }
                 (_, Some(v)) => {
                     last_vis = Some(v.record.id);
-                    self.news.push(j as u32);
+                    self.news.push(sanitized(v));
                     j += 1;
                 }
                 (Some(_), None) => unreachable!("covered by the guard above"),
@@ -1031,24 +1037,16 @@ impl FrameEncoder {
             }
             fixed.eg(self.news.len() as u64, 0);
             let mut prev = None;
-            for &vj in &self.news {
-                let v = &visible[vj as usize];
-                write_new(&mut fixed, prev, v.record, v.tier.min(3));
-                prev = Some((v.record.id, v.record.pose.position_mm));
+            for (rec, tier) in &self.news {
+                write_new(&mut fixed, prev, rec, *tier);
+                prev = Some((rec.id, rec.pose.position_mm));
             }
             fixed.bits += held_after as u64 + 1;
             let mut total = fixed.bits;
             for p in &mut self.pending {
                 let mut c = BitCounter::default();
                 let h = &self.model[p.model_idx as usize];
-                write_change(
-                    &mut c,
-                    h,
-                    p.mask,
-                    &visible[p.vis as usize].record.pose,
-                    p.tier,
-                    tick,
-                );
+                write_change(&mut c, h, p.mask, &p.pose, p.tier, tick);
                 p.bits = c.bits as u32;
                 total += c.bits;
             }
@@ -1141,28 +1139,19 @@ impl FrameEncoder {
         write_selection(&mut w, held_after, &self.sel);
         for p in &self.pending {
             let h = &self.model[p.model_idx as usize];
-            write_change(
-                &mut w,
-                h,
-                p.mask,
-                &visible[p.vis as usize].record.pose,
-                p.tier,
-                tick,
-            );
+            write_change(&mut w, h, p.mask, &p.pose, p.tier, tick);
         }
         w.eg(self.news.len() as u64, 0);
         let mut prev = None;
-        for &vj in &self.news {
-            let v = &visible[vj as usize];
-            write_new(&mut w, prev, v.record, v.tier.min(3));
-            prev = Some((v.record.id, v.record.pose.position_mm));
+        for (rec, tier) in &self.news {
+            write_new(&mut w, prev, rec, *tier);
+            prev = Some((rec.id, rec.pose.position_mm));
         }
         w.finish();
 
         // Update the model exactly as the decoder will.
         for p in &self.pending {
-            let v = &visible[p.vis as usize];
-            self.model[p.model_idx as usize].apply(p.mask, &v.record.pose, p.tier, tick);
+            self.model[p.model_idx as usize].apply(p.mask, &p.pose, p.tier, tick);
         }
         self.next.clear();
         let mut r = 0;
@@ -1174,9 +1163,8 @@ impl FrameEncoder {
             self.next.push(*h);
         }
         let kept = self.next.len();
-        for &vj in &self.news {
-            let v = &visible[vj as usize];
-            self.next.push(Held::new(*v.record, v.tier.min(3), tick));
+        for (rec, tier) in &self.news {
+            self.next.push(Held::new(*rec, *tier, tick));
         }
         if kept > 0 && kept < self.next.len() {
             merge_sorted(&mut self.next, kept, &mut self.model);
@@ -1205,6 +1193,13 @@ impl FrameEncoder {
     }
 }
 
+/// A visible entity as it will travel: canonical pose, tier clamped.
+fn sanitized(v: &Visible<'_>) -> (EntityRecord, u8) {
+    let mut rec = *v.record;
+    rec.pose = rec.pose.canonical();
+    (rec, v.tier.min(3))
+}
+
 /// Merges the two sorted runs `v[..mid]` and `v[mid..]` by id, using `tmp` as scratch.
 fn merge_sorted(v: &mut Vec<Held>, mid: usize, tmp: &mut Vec<Held>) {
     tmp.clear();
@@ -1227,7 +1222,7 @@ fn merge_sorted(v: &mut Vec<Held>, mid: usize, tmp: &mut Vec<Held>) {
 // === Decoder ===
 
 /// Client-side frame decoder: holds what the server says the client should hold.
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct FrameDecoder {
     held: Vec<Held>,
     own: Option<OwnState>,

@@ -152,6 +152,17 @@ impl QuantPose {
         (f64::from(self.yaw) * 360.0 / f64::from(YAW_STEPS)) as f32
     }
 
+    /// This pose with every field in its wire range (yaw below [`YAW_STEPS`], movement kind at
+    /// most 3): what [`quantize`] makes, and what a client holds
+    /// of a hand-built pose.
+    pub fn canonical(&self) -> Self {
+        Self {
+            yaw: self.yaw % YAW_STEPS,
+            movement_kind: self.movement_kind.min(MOVEMENT_KIND_MAX),
+            ..*self
+        }
+    }
+
     /// Whether the quantized velocity is zero (the entity is at rest).
     pub fn at_rest(&self) -> bool {
         self.velocity == [0; 3]
