@@ -601,6 +601,8 @@ impl Bot {
             Ok(d) => {
                 if d.keyframe {
                     self.resync_sent_at = None;
+                    // Everything arrives anew: first sightings, not moves.
+                    self.seen_last.clear();
                     Counters::add(&counters.keyframes, 1);
                 }
                 for id in &d.removed {

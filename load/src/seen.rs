@@ -5,7 +5,8 @@
 //! instant, x and z). When an observer decodes a frame, each changed entity's decoded position is
 //! matched against that ring (x and z within the tolerance, default 2 mm; y is left out because
 //! the server owns the height). The newest matching send the observer has not yet matched gives
-//! one sample `now - sent`.
+//! one sample `now - sent`. The first sighting of an entity by an observer (it entered the
+//! observer's interest, or a keyframe started over) records nothing: it is not a move.
 //!
 //! **Every observer records** (not only the first): a move in a room of N bots yields up to
 //! N - 1 samples, so p99 reflects what clients see, not the luckiest client. This module does
@@ -45,6 +46,11 @@ impl MoveRing {
             self.entries[self.next] = s;
         }
         self.next = (self.next + 1) % RING;
+    }
+
+    /// The id of the newest send (0 when none).
+    fn newest_id(&self) -> u64 {
+        self.entries.iter().map(|s| s.id).max().unwrap_or(0)
     }
 
     /// The newest send with `id > after` whose x and z are within `tol` of `pos`.
@@ -113,7 +119,10 @@ impl RoomMoves {
 
     /// Matches decoded positions of `changed` entities against their sends; calls `record` with
     /// the latency in microseconds of each new match. `last_matched` is the observer's memory
-    /// of the newest send id already matched per entity.
+    /// per entity of the newest send id already accounted for; an entity missing from it is
+    /// seen for the first time (it entered the observer's view, or a keyframe started over):
+    /// that sighting records nothing, so entering interest is not mistaken for a move, and only
+    /// later sends can match.
     pub(crate) fn observe(
         &self,
         now: Instant,
@@ -124,10 +133,15 @@ impl RoomMoves {
     ) {
         let map = self.entities.read();
         for (entity, pos) in changed {
-            let Some(ring) = map.get(&entity) else {
+            let ring = map.get(&entity);
+            let Some(after) = last_matched.get(&entity).copied() else {
+                let newest = ring.map_or(0, |r| r.lock().newest_id());
+                last_matched.insert(entity, newest);
                 continue;
             };
-            let after = last_matched.get(&entity).copied().unwrap_or(0);
+            let Some(ring) = ring else {
+                continue;
+            };
             if let Some(s) = ring.lock().find(pos, tol, after) {
                 last_matched.insert(entity, s.id);
                 record(now.saturating_duration_since(s.at).as_micros() as u64);
@@ -165,12 +179,20 @@ mod tests {
         let room = board.room("r");
         let a = room.register(7);
         let t0 = Instant::now();
-        a.sent(t0, [1.0, 0.0, 2.0]);
-        a.sent(t0 + Duration::from_millis(100), [1.2, 0.0, 2.0]);
-
         let mut b_seen = HashMap::new();
         let mut c_seen = HashMap::new();
         let mut samples = Vec::new();
+        // Both observers first see A standing at its spawn: no sample.
+        room.observe(t0, [(7, [0.0; 3])], 0.002, &mut b_seen, |us| {
+            samples.push(us)
+        });
+        room.observe(t0, [(7, [0.0; 3])], 0.002, &mut c_seen, |us| {
+            samples.push(us)
+        });
+        assert!(samples.is_empty());
+
+        a.sent(t0, [1.0, 0.0, 2.0]);
+        a.sent(t0 + Duration::from_millis(100), [1.2, 0.0, 2.0]);
         let now = t0 + Duration::from_millis(150);
         // B sees the second move (decoded within quantization error), C the first.
         room.observe(
@@ -194,14 +216,41 @@ mod tests {
         });
         assert_eq!(samples.len(), 2);
         // Outside the tolerance or an unknown entity: no sample.
+        c_seen.insert(8, 0);
         room.observe(
             now,
             [(7, [1.21, 0.0, 2.0]), (8, [0.0; 3])],
             0.002,
-            &mut HashMap::new(),
+            &mut c_seen,
             |us| samples.push(us),
         );
         assert_eq!(samples.len(), 2);
+    }
+
+    #[test]
+    fn first_sighting_does_not_match_old_sends() {
+        let board = MoveBoard::default();
+        let room = board.room("r");
+        let a = room.register(7);
+        let t0 = Instant::now();
+        a.sent(t0, [5.0, 0.0, 5.0]);
+        let mut seen = HashMap::new();
+        let mut samples = Vec::new();
+        // A late observer sees A standing where it stopped long ago: that is no move.
+        let late = t0 + Duration::from_secs(10);
+        room.observe(late, [(7, [5.0, 0.0, 5.0])], 0.002, &mut seen, |us| {
+            samples.push(us)
+        });
+        assert!(samples.is_empty());
+        a.sent(late, [5.1, 0.0, 5.0]);
+        room.observe(
+            late + Duration::from_millis(40),
+            [(7, [5.1, 0.0, 5.0])],
+            0.002,
+            &mut seen,
+            |us| samples.push(us),
+        );
+        assert_eq!(samples, vec![40_000]);
     }
 
     #[test]
@@ -217,7 +266,7 @@ mod tests {
             Instant::now(),
             [(3, [0.0; 3])],
             0.002,
-            &mut HashMap::new(),
+            &mut HashMap::from([(3, 0)]),
             |_| n += 1,
         );
         assert_eq!(n, 1);
@@ -226,7 +275,7 @@ mod tests {
             Instant::now(),
             [(3, [0.0; 3])],
             0.002,
-            &mut HashMap::new(),
+            &mut HashMap::from([(3, 0)]),
             |_| n += 1,
         );
         assert_eq!(n, 1);
