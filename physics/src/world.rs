@@ -269,6 +269,19 @@ impl RoomPhysics {
             .is_some()
     }
 
+    /// Whether an avatar capsule with its feet at `feet` would sink into static geometry by more
+    /// than 5 mm (diagnostics and tests: accepted positions never do).
+    pub fn penetrates_statics(&self, feet: [f32; 3]) -> bool {
+        if !feet.iter().all(|x| x.is_finite()) {
+            return false;
+        }
+        let probe = Capsule::new_y(
+            self.cfg.capsule_half_height,
+            (self.cfg.capsule_radius - 0.005).max(0.001),
+        );
+        self.hits_statics(self.capsule_pose(v(feet)), &probe)
+    }
+
     /// A free feet position at or near `at` (rings of candidates around it), else the spawn.
     fn free_spot(&self, at: Vector) -> Vector {
         let start = if self.in_bounds(arr(at)) {
@@ -413,47 +426,13 @@ impl RoomPhysics {
             }
         }
 
-        // Geometry: sweep the capsule from where it is towards the claim.
-        let desired = v(claimed.position) - current;
-        let moved = {
-            let queries = self.statics.query_pipeline();
-            let pose = Pose::from_translation(current + center_offset);
-            let len = desired.length();
-            // Fast path: one sweep; if nothing is in the way the controller would apply the
-            // whole translation in its first iteration, so skip its extra ground queries.
-            let free = len > 1.0e-5
-                && queries
-                    .cast_shape(
-                        &pose,
-                        desired / len,
-                        &self.capsule,
-                        ShapeCastOptions {
-                            target_distance: CONTROLLER_OFFSET_M,
-                            stop_at_penetration: false,
-                            max_time_of_impact: len,
-                            compute_impact_geometry_on_penetration: true,
-                        },
-                    )
-                    .is_none();
-            if free {
-                desired
-            } else {
-                self.controller
-                    .move_shape(
-                        self.cfg.step_dt,
-                        &queries,
-                        &self.capsule,
-                        &pose,
-                        desired,
-                        |_| {},
-                    )
-                    .translation
-            }
-        };
-        let new_pos = current + moved;
         let body = avatar.body;
-        avatar.position = new_pos;
-        avatar.pending_placement = false;
+        // Geometry: sweep the capsule from where it is towards the claim.
+        let new_pos = current + self.sweep(current, v(claimed.position) - current);
+        if let Some(avatar) = self.avatars.get_mut(&entity) {
+            avatar.position = new_pos;
+            avatar.pending_placement = false;
+        }
         if let Some(b) = self.world.bodies.get_mut(body) {
             b.set_next_kinematic_translation(new_pos + center_offset);
         }
@@ -469,6 +448,65 @@ impl RoomPhysics {
             blocked: gap > self.cfg.blocked_epsilon_m,
             clock_flagged,
         })
+    }
+
+    /// The translation the capsule (feet at `current`) can make towards `desired` against the
+    /// static geometry: the whole of it when the sweep is free, else the character controller's
+    /// slide. A final overlap check guards against shape-cast misses when starting within the
+    /// contact offset of a surface: a result that would sink into geometry is cut back (by
+    /// bisection) to the last position that does not.
+    fn sweep(&self, current: Vector, desired: Vector) -> Vector {
+        let queries = self.statics.query_pipeline();
+        let pose = Pose::from_translation(current + self.center_offset());
+        let len = desired.length();
+        // Fast path: one sweep with twice the controller's offset; if nothing is near the path,
+        // the controller would apply the whole translation in its first iteration anyway.
+        let free = len > 1.0e-5
+            && queries
+                .cast_shape(
+                    &pose,
+                    desired / len,
+                    &self.capsule,
+                    ShapeCastOptions {
+                        target_distance: 2.0 * CONTROLLER_OFFSET_M,
+                        stop_at_penetration: true,
+                        max_time_of_impact: len,
+                        compute_impact_geometry_on_penetration: false,
+                    },
+                )
+                .is_none();
+        let controller = || {
+            self.controller
+                .move_shape(
+                    self.cfg.step_dt,
+                    &queries,
+                    &self.capsule,
+                    &pose,
+                    desired,
+                    |_| {},
+                )
+                .translation
+        };
+        let mut moved = if free { desired } else { controller() };
+        let sinks = |t: Vector| self.penetrates_statics(arr(current + t));
+        if sinks(moved) && !sinks(Vector::ZERO) {
+            if free {
+                moved = controller();
+            }
+            if sinks(moved) {
+                let (mut lo, mut hi) = (0.0f32, 1.0f32);
+                for _ in 0..12 {
+                    let mid = 0.5 * (lo + hi);
+                    if sinks(moved * mid) {
+                        hi = mid;
+                    } else {
+                        lo = mid;
+                    }
+                }
+                moved *= lo;
+            }
+        }
+        moved
     }
 
     /// Server-issued teleport: puts the avatar at `to` (or the nearest free spot; the spawn if

@@ -555,3 +555,72 @@ fn a_prop_that_leaves_the_room_respawns_at_home() {
     }
     assert!(left, "prop never respawned");
 }
+
+#[test]
+fn avatars_walk_up_the_plaza_ramp_onto_the_stage() {
+    let mut room = RoomPhysics::new(&RoomDefinition::default_plaza(), PhysicsConfig::default());
+    let start = room.add_avatar(1, [0.0, 0.0, 8.0]);
+    assert_eq!(start, [0.0, 0.0, 8.0]);
+    let mut now = 0;
+    // The client walks straight ahead at floor height; the controller climbs the 9.5° ramp.
+    let mut z = 8.0;
+    while z < 18.0 {
+        z += 0.3;
+        now += 100;
+        let p = room.avatar_position(1).unwrap();
+        let out = room
+            .validate_and_move(1, claim([0.0, p[1], z], 0.1), now)
+            .unwrap();
+        assert!(!room.penetrates_statics(out.position));
+    }
+    let p = room.avatar_position(1).unwrap();
+    assert!(p[2] >= 18.0 && p[2] < 18.4, "{p:?}");
+    assert!((p[1] - 1.0).abs() < 0.1, "not on the stage: {p:?}");
+    // Walking on along the stage at its height is unobstructed.
+    let out = room
+        .validate_and_move(1, claim([0.3, p[1], p[2] + 0.3], 0.1), now + 100)
+        .unwrap();
+    assert!(!out.blocked, "{out:?}");
+}
+
+#[test]
+fn walls_of_the_plaza_hold() {
+    let mut room = RoomPhysics::new(&RoomDefinition::default_plaza(), PhysicsConfig::default());
+    room.add_avatar(1, [30.0, 0.0, 0.0]);
+    let mut now = 0;
+    for i in 0..50 {
+        now += 100;
+        let p = room.avatar_position(1).unwrap();
+        let _ = room.validate_and_move(
+            1,
+            claim([(p[0] + 1.0).min(32.0), 0.0, i as f32 * 0.1], 0.1),
+            now,
+        );
+        let p = room.avatar_position(1).unwrap();
+        assert!(p[0] <= 32.0 - 0.25 + 1e-3, "{p:?}");
+        assert!(!room.penetrates_statics(p));
+    }
+}
+
+/// Regression (found by the property test): starting within the controller's contact offset of
+/// the floor, a long shallow descent was not stopped by the sweep and sank 3 cm into the floor.
+#[test]
+fn shallow_descent_along_the_floor_never_sinks_into_it() {
+    let mut room = RoomPhysics::new(&RoomDefinition::default_plaza(), PhysicsConfig::default());
+    room.add_avatar(1, [0.0, 0.0, 0.0]);
+    room.teleport(1, [15.506184, 0.07318127, 14.990144]);
+    let mut pos = room.avatar_position(1).unwrap();
+    let moves = [
+        ([-1.07181f32, -0.38894042, -1.7251542], 0.270431f32),
+        ([0.0, -0.14036404, -1.1183999], 0.6874755),
+        ([0.0, -0.043102894, -2.8055837], 0.2559525),
+    ];
+    for (i, (d, dt)) in moves.into_iter().enumerate() {
+        let c = claim([pos[0] + d[0], pos[1] + d[1], pos[2] + d[2]], dt);
+        let r = room.validate_and_move(1, c, 100 * i as u64);
+        pos = room.avatar_position(1).unwrap();
+        assert!(!room.penetrates_statics(pos), "{r:?}");
+        // Feet may sit at most the 2 cm skin (+5 mm slack) below the floor top.
+        assert!(pos[1] > -0.025, "{r:?}");
+    }
+}
