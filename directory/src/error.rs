@@ -57,3 +57,42 @@ impl DirectoryError {
         matches!(self, Self::StaleEpoch { .. } | Self::NotOwner)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn codes_and_classes() {
+        let stale = DirectoryError::StaleEpoch {
+            room: "r".into(),
+            presented: Epoch::new(1, 1),
+            current: Some(Epoch::new(1, 2)),
+        };
+        assert_eq!(stale.code(), "stale_epoch");
+        assert!(stale.is_fenced() && !stale.is_retryable());
+        assert!(stale.to_string().contains("presented 1.1"));
+        assert!(DirectoryError::NotOwner.is_fenced());
+        assert!(DirectoryError::Unavailable("x".into()).is_retryable());
+        let codes: Vec<&str> = [
+            DirectoryError::NotOwner,
+            DirectoryError::Unavailable(String::new()),
+            DirectoryError::Conflict(String::new()),
+            DirectoryError::Invalid(String::new()),
+            DirectoryError::NotFound(String::new()),
+        ]
+        .iter()
+        .map(DirectoryError::code)
+        .collect();
+        assert_eq!(
+            codes,
+            [
+                "not_owner",
+                "unavailable",
+                "conflict",
+                "invalid",
+                "not_found"
+            ]
+        );
+    }
+}

@@ -17,8 +17,15 @@
 //! Per room, `{prefix}last:{room}` keeps the last issued epoch so counters never repeat within
 //! an era.
 //!
-//! The audit log and handoff snapshots are only as durable as the Redis persistence settings
-//! (run Redis with AOF for a durable consent log).
+//! # Deployment requirements
+//! - Standalone Redis (or a primary with replicas for reads only); not Redis Cluster: the
+//!   scripts touch keys they compute from arguments.
+//! - `maxmemory-policy noeviction`: an evicted `era`/`last:` key would weaken fencing.
+//! - The consent audit log and handoff snapshots are only as durable as Redis persistence:
+//!   run with AOF (`appendonly yes`, `appendfsync everysec` or `always`) for G3. Leases and
+//!   presence need no persistence (they are rebuilt by renewals within one lease TTL).
+//! - Someone must call [`Directory::sweep`] periodically (e.g. [`crate::Sweeper`] on every
+//!   node; concurrent sweeps are safe).
 //!
 //! # Keys (prefix `P`, default `plaza:`)
 //! `Pera`, `Pnodes` (zset id→until), `Pnode:{id}` (hash), `Pplaces` (zset room→until),
@@ -108,6 +115,31 @@ impl RedisDirectory {
         boot_era: u64,
         opts: RedisOptions,
     ) -> Result<Self, DirectoryError> {
+        let (client, cfg) = Self::config(url, boot_era, &opts)?;
+        let con = ConnectionManager::new_with_config(client, cfg)
+            .await
+            .map_err(unavailable)?;
+        Ok(Self::from_parts(con, boot_era, opts))
+    }
+
+    /// Like [`Self::connect_with`] but does not wait for Redis: the first call connects, and
+    /// calls fail with [`DirectoryError::Unavailable`] until Redis is up (for processes that
+    /// may start before Redis). Must be called inside a tokio runtime.
+    pub fn connect_lazy(
+        url: &str,
+        boot_era: u64,
+        opts: RedisOptions,
+    ) -> Result<Self, DirectoryError> {
+        let (client, cfg) = Self::config(url, boot_era, &opts)?;
+        let con = ConnectionManager::new_lazy_with_config(client, cfg).map_err(unavailable)?;
+        Ok(Self::from_parts(con, boot_era, opts))
+    }
+
+    fn config(
+        url: &str,
+        boot_era: u64,
+        opts: &RedisOptions,
+    ) -> Result<(redis::Client, ConnectionManagerConfig), DirectoryError> {
         if boot_era > LUA_MAX_INT {
             return Err(DirectoryError::Invalid(
                 "boot_era must be below 2^53".into(),
@@ -121,15 +153,16 @@ impl RedisDirectory {
             .set_number_of_retries(3)
             .set_min_delay(Duration::from_millis(50))
             .set_max_delay(Duration::from_secs(1));
-        let con = ConnectionManager::new_with_config(client, cfg)
-            .await
-            .map_err(unavailable)?;
-        Ok(Self {
+        Ok((client, cfg))
+    }
+
+    fn from_parts(con: ConnectionManager, boot_era: u64, opts: RedisOptions) -> Self {
+        Self {
             con,
             prefix: opts.prefix,
             min_era: AtomicU64::new(boot_era),
             s: Scripts::new(),
-        })
+        }
     }
 
     /// The key prefix.

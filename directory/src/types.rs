@@ -229,3 +229,52 @@ impl AnnounceOutcome {
         matches!(self, Self::Fresh | Self::Superseded { .. })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn source_flag_arithmetic() {
+        let mut s = Sources::ROOM | Sources::VOICE;
+        assert!(s.contains(Sources::ROOM) && s.intersects(Sources::VOICE | Sources::CHAT));
+        assert!(!s.contains(Sources::ROOM | Sources::CHAT));
+        s.remove(Sources::ROOM);
+        assert_eq!(s, Sources::VOICE);
+        s.insert(Sources::CHAT);
+        assert_eq!(s - Sources::VOICE, Sources::CHAT);
+        assert_eq!(s & Sources::CHAT, Sources::CHAT);
+        assert!((s - s).is_empty());
+        assert_eq!(format!("{s:?}"), "Sources(VOICE|CHAT)");
+        assert_eq!(
+            format!("{:?}", Sources::from_bits(0x101)),
+            "Sources(ROOM|0x100)"
+        );
+        assert_eq!(format!("{:?}", Sources::NONE), "Sources(NONE)");
+    }
+
+    #[test]
+    fn epochs_order_by_era_first() {
+        assert!(Epoch::new(2, 1) > Epoch::new(1, 99));
+        assert!(Epoch::new(1, 2) > Epoch::new(1, 1));
+        assert_eq!(Epoch::new(3, 4).to_string(), "3.4");
+        let json = serde_json::to_string(&Epoch::new(5, 6)).unwrap();
+        assert_eq!(
+            serde_json::from_str::<Epoch>(&json).unwrap(),
+            Epoch::new(5, 6)
+        );
+    }
+
+    #[test]
+    fn announce_outcome_fetch() {
+        assert!(AnnounceOutcome::Fresh.should_fetch());
+        assert!(AnnounceOutcome::Superseded { previous: 1 }.should_fetch());
+        assert!(
+            !AnnounceOutcome::Merged {
+                sources: Sources::ROOM
+            }
+            .should_fetch()
+        );
+        assert!(!AnnounceOutcome::Dropped { current: 1 }.should_fetch());
+    }
+}
