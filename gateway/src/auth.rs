@@ -37,7 +37,9 @@ impl Authenticator for DevAuthenticator {
                 wallet: format!("guest-{n:016x}"),
             });
         }
-        let name = token.strip_prefix("guest:").ok_or(AuthError::InvalidToken)?;
+        let name = token
+            .strip_prefix("guest:")
+            .ok_or(AuthError::InvalidToken)?;
         let ok = !name.is_empty()
             && name.len() <= 32
             && name

@@ -120,12 +120,13 @@ impl Gateway {
         metrics: GatewayMetrics,
         auth: Arc<dyn Authenticator>,
     ) -> Result<Self, GatewayError> {
-        let listener = TcpListener::bind(cfg.listen)
-            .await
-            .map_err(|source| GatewayError::Bind {
-                addr: cfg.listen,
-                source,
-            })?;
+        let listener =
+            TcpListener::bind(cfg.listen)
+                .await
+                .map_err(|source| GatewayError::Bind {
+                    addr: cfg.listen,
+                    source,
+                })?;
         let addr = listener.local_addr().map_err(|source| GatewayError::Bind {
             addr: cfg.listen,
             source,
@@ -192,9 +193,16 @@ impl Gateway {
     }
 }
 
-async fn ws_handler(ws: WebSocketUpgrade, State(shared): State<Arc<Shared>>) -> axum::response::Response {
+async fn ws_handler(
+    ws: WebSocketUpgrade,
+    State(shared): State<Arc<Shared>>,
+) -> axum::response::Response {
     let Ok(permit) = shared.connections.clone().try_acquire_owned() else {
-        return (axum::http::StatusCode::SERVICE_UNAVAILABLE, "too many connections").into_response();
+        return (
+            axum::http::StatusCode::SERVICE_UNAVAILABLE,
+            "too many connections",
+        )
+            .into_response();
     };
     let max = shared.limits.max_frame_bytes;
     // The WebSocket layer refuses frames past 4x the cap before allocating them; frames between

@@ -70,7 +70,11 @@ impl GatewayMetrics {
             "WebSocket payload bytes sent to clients",
             self.bytes_out.clone(),
         );
-        r.register("frames_sent", "Frames sent to clients", self.frames_out.clone());
+        r.register(
+            "frames_sent",
+            "Frames sent to clients",
+            self.frames_out.clone(),
+        );
         r.register(
             "closes",
             "Client connections closed, by close code",
@@ -86,7 +90,11 @@ impl GatewayMetrics {
             "Outbound queue overflows (slow clients)",
             self.overflows.clone(),
         );
-        r.register("resumes", "Session resume events, by outcome", self.resumes.clone());
+        r.register(
+            "resumes",
+            "Session resume events, by outcome",
+            self.resumes.clone(),
+        );
         r.register(
             "resume_duration_seconds",
             "Time to resume a session after its room stream broke",

@@ -77,8 +77,15 @@ impl OutQueue {
         }
         let mut res = Pushed::Queued;
         if g.items.len() >= self.cap {
-            g.items
-                .retain(|i| !matches!(i, OutItem::Frame { droppable: true, .. }));
+            g.items.retain(|i| {
+                !matches!(
+                    i,
+                    OutItem::Frame {
+                        droppable: true,
+                        ..
+                    }
+                )
+            });
             if droppable {
                 g.awaiting_keyframe = !keyframe;
                 res = Pushed::Overflow;

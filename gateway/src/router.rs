@@ -159,7 +159,11 @@ impl RouterState {
                     }
                     None => d.place(room).await.map_err(|_| PinError::NoNode)?,
                 };
-                if !self.nodes.get(&node.id).is_some_and(|r| r.addr == node.addr) {
+                if !self
+                    .nodes
+                    .get(&node.id)
+                    .is_some_and(|r| r.addr == node.addr)
+                {
                     let route = connect(&node.id, &node.addr)?;
                     self.nodes.insert(node.id.clone(), route);
                 }
@@ -168,8 +172,7 @@ impl RouterState {
             }
         };
         let route = self.nodes.get(&node_id).cloned().ok_or(PinError::NoNode)?;
-        self.routes
-            .insert(session, (room.to_owned(), node_id));
+        self.routes.insert(session, (room.to_owned(), node_id));
         Ok(route)
     }
 }
@@ -247,7 +250,10 @@ impl Router {
     pub async fn count(&self) -> usize {
         match self
             .actor
-            .call(|reply| RouterMsg::Count { reply }, Some(Duration::from_secs(5)))
+            .call(
+                |reply| RouterMsg::Count { reply },
+                Some(Duration::from_secs(5)),
+            )
             .await
         {
             Ok(ractor::rpc::CallResult::Success(n)) => n,

@@ -140,7 +140,11 @@ impl Session {
             Err(code) => return code,
         };
         let Some(client_envelope::Body::Negotiate(neg)) = env.body else {
-            self.error(pb::ErrorCode::BadFrame, "the first message must be negotiate", 0);
+            self.error(
+                pb::ErrorCode::BadFrame,
+                "the first message must be negotiate",
+                0,
+            );
             return CloseCode::BadFrame;
         };
         if let Err(code) = self.negotiate(neg).await {
@@ -274,7 +278,10 @@ impl Session {
             return Step::Close(CloseCode::BadFrame);
         }
         // Replayed or reordered envelopes are ignored (B4).
-        if self.last_client_seq.is_some_and(|last| env.sequence <= last) {
+        if self
+            .last_client_seq
+            .is_some_and(|last| env.sequence <= last)
+        {
             self.shared.metrics.dropped("replayed_sequence");
             return Step::Continue;
         }
@@ -296,7 +303,11 @@ impl Session {
                 return Step::Continue;
             }
             Verdict::Flood => {
-                self.error(pb::ErrorCode::RateLimited, "input rate exceeded", env.sequence);
+                self.error(
+                    pb::ErrorCode::RateLimited,
+                    "input rate exceeded",
+                    env.sequence,
+                );
                 return Step::Close(CloseCode::RateLimited);
             }
         }
@@ -314,7 +325,11 @@ impl Session {
             }
             client_envelope::Body::Join(j) => {
                 if self.node.is_some() {
-                    self.error(pb::ErrorCode::AlreadyJoined, "already in a room", env.sequence);
+                    self.error(
+                        pb::ErrorCode::AlreadyJoined,
+                        "already in a room",
+                        env.sequence,
+                    );
                     return Step::Continue;
                 }
                 if !valid_room_id(&j.room_id) {
@@ -401,7 +416,11 @@ impl Session {
                 if let Some(Err(status)) = &end {
                     tracing::info!(session = self.session_id, room, %status, "room stream broke; resuming");
                 } else {
-                    tracing::info!(session = self.session_id, room, "room stream ended; resuming");
+                    tracing::info!(
+                        session = self.session_id,
+                        room,
+                        "room stream ended; resuming"
+                    );
                 }
                 self.shared.router.invalidate(&room);
                 self.shared.metrics.resume("node_stream");
@@ -432,7 +451,8 @@ impl Session {
     }
 
     async fn on_detach(&mut self, d: node::Detach) -> Step {
-        let reason = node::DetachReason::try_from(d.reason).unwrap_or(node::DetachReason::Unspecified);
+        let reason =
+            node::DetachReason::try_from(d.reason).unwrap_or(node::DetachReason::Unspecified);
         self.node = None;
         self.shared.router.unpin(self.session_id);
         match reason {
@@ -486,7 +506,12 @@ impl Session {
                     return Ok(());
                 }
                 Err(AttachFail::Retry(why)) => {
-                    tracing::debug!(session = self.session_id, room, why, "attach failed; retrying");
+                    tracing::debug!(
+                        session = self.session_id,
+                        room,
+                        why,
+                        "attach failed; retrying"
+                    );
                     self.shared.router.invalidate(room);
                 }
             }
@@ -500,7 +525,12 @@ impl Session {
         }
     }
 
-    async fn try_attach(&mut self, room: &str, resume: bool, entity: u32) -> Result<NodeLink, AttachFail> {
+    async fn try_attach(
+        &mut self,
+        room: &str,
+        resume: bool,
+        entity: u32,
+    ) -> Result<NodeLink, AttachFail> {
         let route = self
             .shared
             .router

@@ -193,7 +193,9 @@ pub fn load(
     cfg.validate()?;
 
     let mut prov = Provenance::new();
-    let defaults: toml::Table = DEFAULTS_TOML.parse().expect("embedded defaults parse (tested)");
+    let defaults: toml::Table = DEFAULTS_TOML
+        .parse()
+        .expect("embedded defaults parse (tested)");
     let mut keys = Vec::new();
     flatten("", &toml::Value::Table(defaults), &mut keys);
     for key in keys {
@@ -405,7 +407,9 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("plaza.toml");
         std::fs::write(&path, "[gateway]\nlisten_port = 1\n").unwrap();
-        let err = load(Some(&path), Some(BTreeMap::new())).unwrap_err().to_string();
+        let err = load(Some(&path), Some(BTreeMap::new()))
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("listen_port"), "{err}");
     }
 

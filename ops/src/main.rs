@@ -10,7 +10,11 @@ use plaza_ops::config::{self, PlazaConfig, Provenance, Source};
 use plaza_ops::{Plaza, Roles};
 
 #[derive(Debug, Parser)]
-#[command(name = "plaza", version, about = "Plaza: shared realtime rooms for thousands of avatars")]
+#[command(
+    name = "plaza",
+    version,
+    about = "Plaza: shared realtime rooms for thousands of avatars"
+)]
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
@@ -110,7 +114,10 @@ async fn run(cfg: PlazaConfig, roles: Roles) -> anyhow::Result<()> {
     if let Some(a) = plaza.ws_addr() {
         tracing::info!("clients: ws://{a}/v1/ws");
     }
-    tracing::info!("admin: http://{}/healthz /readyz /metrics", plaza.admin_addr());
+    tracing::info!(
+        "admin: http://{}/healthz /readyz /metrics",
+        plaza.admin_addr()
+    );
     wait_for_signal().await;
     tracing::info!("shutting down");
     plaza.shutdown().await;

@@ -101,10 +101,12 @@ impl Node {
         directory: SharedDirectory,
         metrics: NodeMetrics,
     ) -> Result<Self, NodeError> {
-        let listener = TcpListener::bind(cfg.listen).await.map_err(|source| NodeError::Bind {
-            addr: cfg.listen,
-            source,
-        })?;
+        let listener = TcpListener::bind(cfg.listen)
+            .await
+            .map_err(|source| NodeError::Bind {
+                addr: cfg.listen,
+                source,
+            })?;
         let addr = listener.local_addr().map_err(|source| NodeError::Bind {
             addr: cfg.listen,
             source,
@@ -127,7 +129,8 @@ impl Node {
         );
         let (shutdown, mut rx) = watch::channel(false);
         // TCP_NODELAY: tonic leaves Nagle on for a listener we bind ourselves (STACK.md G3).
-        let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
+        let incoming =
+            tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
         let server = tokio::spawn(async move {
             let res = tonic::transport::Server::builder()
                 .http2_keepalive_interval(Some(Duration::from_secs(10)))
@@ -203,7 +206,8 @@ impl Node {
 
     /// Stops taking new rooms.
     pub fn set_draining(&self) {
-        self.draining.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.draining
+            .store(true, std::sync::atomic::Ordering::Relaxed);
         self.rooms.set_draining(true);
     }
 

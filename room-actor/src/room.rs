@@ -390,14 +390,16 @@ impl RoomState {
                     broadcast_hz: cfg.broadcast_hz,
                     capacity_tier: match cfg.tier {
                         plaza_room_core::CapacityTier::Class => pb::CapacityTier::Class as i32,
-                        plaza_room_core::CapacityTier::Stadium => {
-                            pb::CapacityTier::Stadium as i32
-                        }
+                        plaza_room_core::CapacityTier::Stadium => pb::CapacityTier::Stadium as i32,
                     },
                     interest_cap: cfg.interest_cap,
                     position: Some(vec3(spawn)),
                 };
-                self.send_envelope(session, server_envelope::Body::Joined(joined), Kind::Control);
+                self.send_envelope(
+                    session,
+                    server_envelope::Body::Joined(joined),
+                    Kind::Control,
+                );
             }
             Outbound::JoinRefused { session, reason } => {
                 let (code, msg) = match reason {
@@ -411,9 +413,7 @@ impl RoomState {
                         body: Some(node_outbound::Body::Detach(node::Detach {
                             reason: match reason {
                                 JoinRefusal::RoomFull => node::DetachReason::RoomFull as i32,
-                                JoinRefusal::AlreadyJoined => {
-                                    node::DetachReason::Rejected as i32
-                                }
+                                JoinRefusal::AlreadyJoined => node::DetachReason::Rejected as i32,
                             },
                             message: msg.into(),
                         })),
@@ -435,7 +435,11 @@ impl RoomState {
                     server_envelope::Body::SnapshotFrame(pb::SnapshotFrame {
                         frame: bytes.into(),
                     }),
-                    if keyframe { Kind::Keyframe } else { Kind::Delta },
+                    if keyframe {
+                        Kind::Keyframe
+                    } else {
+                        Kind::Delta
+                    },
                 );
             }
             Outbound::Correction {
@@ -486,7 +490,9 @@ impl RoomState {
             body: Some(body),
         };
         let msg = NodeOutbound {
-            body: Some(node_outbound::Body::ServerEnvelope(env.encode_to_vec().into())),
+            body: Some(node_outbound::Body::ServerEnvelope(
+                env.encode_to_vec().into(),
+            )),
             droppable: kind != Kind::Control,
             keyframe: kind == Kind::Keyframe,
         };
@@ -518,7 +524,9 @@ impl RoomState {
         let s = self.room.stats();
         let e = &mut self.exported;
         self.metrics.frames_sent.inc_by(s.frames - e.frames);
-        self.metrics.frame_bytes.inc_by(s.frame_bytes - e.frame_bytes);
+        self.metrics
+            .frame_bytes
+            .inc_by(s.frame_bytes - e.frame_bytes);
         self.metrics.keyframes.inc_by(s.keyframes - e.keyframes);
         self.metrics
             .bandwidth_deferrals
@@ -620,7 +628,8 @@ fn spawn_directory_writer(w: DirectoryWriter) -> mpsc::UnboundedSender<PresenceO
 /// The float pose of a movement message; missing vectors are zero.
 pub fn pose_from_movement(m: &pb::Movement) -> Pose {
     let v = |o: &Option<pb::Vec3>| o.as_ref().map_or([0.0; 3], |v| [v.x, v.y, v.z]);
-    let head = (m.head_ik_yaw_enabled || m.head_ik_pitch_enabled).then_some([m.head_yaw, m.head_pitch]);
+    let head =
+        (m.head_ik_yaw_enabled || m.head_ik_pitch_enabled).then_some([m.head_yaw, m.head_pitch]);
     Pose {
         position: v(&m.position),
         velocity: v(&m.velocity),

@@ -10,7 +10,9 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use plaza_directory::{DirectoryError, Epoch, SharedDirectory};
-use ractor::{Actor, ActorCell, ActorId, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent};
+use ractor::{
+    Actor, ActorCell, ActorId, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent,
+};
 
 use crate::metrics::NodeMetrics;
 use crate::room::{RoomActor, RoomActorConfig, RoomArgs, RoomMsg};
@@ -133,7 +135,9 @@ impl Actor for RoomsSupervisor {
     ) -> Result<(), ActorProcessingErr> {
         match evt {
             SupervisionEvent::ActorTerminated(cell, _, reason) => {
-                state.forget(&cell, "stopped", reason.as_deref().unwrap_or("")).await;
+                state
+                    .forget(&cell, "stopped", reason.as_deref().unwrap_or(""))
+                    .await;
             }
             SupervisionEvent::ActorFailed(cell, err) => {
                 let why = err.to_string();
@@ -241,7 +245,10 @@ impl Rooms {
         let room = room.to_owned();
         match self
             .actor
-            .call(|reply| RoomsMsg::GetOrSpawn { room, reply }, Some(Duration::from_secs(10)))
+            .call(
+                |reply| RoomsMsg::GetOrSpawn { room, reply },
+                Some(Duration::from_secs(10)),
+            )
             .await
         {
             Ok(ractor::rpc::CallResult::Success(r)) => r,
@@ -254,7 +261,10 @@ impl Rooms {
     pub async fn list(&self) -> Vec<String> {
         match self
             .actor
-            .call(|reply| RoomsMsg::List { reply }, Some(Duration::from_secs(5)))
+            .call(
+                |reply| RoomsMsg::List { reply },
+                Some(Duration::from_secs(5)),
+            )
             .await
         {
             Ok(ractor::rpc::CallResult::Success(v)) => v,

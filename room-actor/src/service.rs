@@ -76,19 +76,23 @@ impl RoomHost for RoomHostService {
             .await?
             .ok_or_else(|| Status::invalid_argument("empty attach stream"))?;
         let Some(node_inbound::Body::Attach(attach)) = first.body else {
-            return Err(Status::invalid_argument("first message must be an attach request"));
+            return Err(Status::invalid_argument(
+                "first message must be an attach request",
+            ));
         };
         if !valid_room_id(&attach.room_id) {
             return Err(Status::invalid_argument("invalid room id"));
         }
-        let room = self.rooms.get_or_spawn(&attach.room_id).await.map_err(|e| {
-            match e {
+        let room = self
+            .rooms
+            .get_or_spawn(&attach.room_id)
+            .await
+            .map_err(|e| match e {
                 RoomsError::PlacedElsewhere => Status::failed_precondition(e.to_string()),
                 RoomsError::Draining => Status::unavailable(e.to_string()),
                 RoomsError::Directory(_) => Status::unavailable(e.to_string()),
                 RoomsError::Spawn(_) => Status::internal(e.to_string()),
-            }
-        })?;
+            })?;
         let session = attach.session_id;
         let (tx, rx) = mpsc::channel(self.session_queue);
         room.cast(RoomMsg::Join {

@@ -232,10 +232,12 @@ impl Client {
                     let env = pb::ServerEnvelope::decode(b)?;
                     let Some(body) = env.body else { continue };
                     match &body {
-                        server_envelope::Body::SnapshotFrame(f) => match self.decoder.apply(&f.frame) {
-                            Ok(d) => self.frames.push(d),
-                            Err(_) => self.frame_errors += 1,
-                        },
+                        server_envelope::Body::SnapshotFrame(f) => {
+                            match self.decoder.apply(&f.frame) {
+                                Ok(d) => self.frames.push(d),
+                                Err(_) => self.frame_errors += 1,
+                            }
+                        }
                         server_envelope::Body::Error(e) => self.errors.push(e.clone()),
                         server_envelope::Body::Correction(c) => self.corrections.push(c.clone()),
                         _ => {}
@@ -303,8 +305,10 @@ pub async fn scrape_metrics(admin: SocketAddr) -> anyhow::Result<String> {
 pub async fn http_get(addr: SocketAddr, path: &str) -> anyhow::Result<(u16, String)> {
     use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
     let mut s = TcpStream::connect(addr).await?;
-    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").as_bytes())
-        .await?;
+    s.write_all(
+        format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").as_bytes(),
+    )
+    .await?;
     let mut buf = Vec::new();
     tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut buf)).await??;
     let text = String::from_utf8_lossy(&buf).into_owned();
@@ -313,6 +317,9 @@ pub async fn http_get(addr: SocketAddr, path: &str) -> anyhow::Result<(u16, Stri
         .nth(1)
         .and_then(|s| s.parse().ok())
         .ok_or_else(|| anyhow::anyhow!("bad http response"))?;
-    let body = text.split_once("\r\n\r\n").map(|x| x.1.to_owned()).unwrap_or_default();
+    let body = text
+        .split_once("\r\n\r\n")
+        .map(|x| x.1.to_owned())
+        .unwrap_or_default();
     Ok((status, body))
 }

@@ -16,7 +16,11 @@ async fn witness(url: &str, room: &str) -> Client {
 
 fn assert_no_gap(w: &Client) {
     assert_eq!(w.frame_errors, 0, "witness frames all applied");
-    assert!(w.frames.len() >= 5, "witness kept receiving frames ({})", w.frames.len());
+    assert!(
+        w.frames.len() >= 5,
+        "witness kept receiving frames ({})",
+        w.frames.len()
+    );
     for pair in w.frames.windows(2) {
         if !pair[1].keyframe {
             assert_eq!(pair[1].base_seq, pair[0].seq, "delta chain unbroken");
@@ -135,7 +139,10 @@ async fn a_movement_flood_closes_with_rate_limited() {
         let mut c = Client::connect(&url).await.unwrap();
         c.join("bad-flood").await.unwrap();
         for i in 0..400 {
-            if c.move_to([0.0, 0.0, 0.0], 1.0 + f64::from(i) * 0.001).await.is_err() {
+            if c.move_to([0.0, 0.0, 0.0], 1.0 + f64::from(i) * 0.001)
+                .await
+                .is_err()
+            {
                 break;
             }
         }
@@ -143,7 +150,11 @@ async fn a_movement_flood_closes_with_rate_limited() {
     })
     .await;
     assert_eq!(code, Some(4004));
-    assert!(errors.iter().any(|e| e.code == pb::ErrorCode::RateLimited as i32));
+    assert!(
+        errors
+            .iter()
+            .any(|e| e.code == pb::ErrorCode::RateLimited as i32)
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -189,7 +200,12 @@ async fn a_full_room_closes_with_room_full() {
     .unwrap();
     let closed = c.until_closed().await.unwrap();
     assert_eq!(closed.code, Some(4005));
-    assert!(closed.errors.iter().any(|e| e.code == pb::ErrorCode::RoomFull as i32));
+    assert!(
+        closed
+            .errors
+            .iter()
+            .any(|e| e.code == pb::ErrorCode::RoomFull as i32)
+    );
     a.pump_for(Duration::from_millis(100)).await.unwrap();
     plaza.shutdown().await;
 }
@@ -199,9 +215,15 @@ async fn messages_out_of_place_are_refused_without_closing() {
     let plaza = start_plaza(&test_config()).await;
     let mut c = Client::connect(&ws_url(&plaza)).await.unwrap();
     // Leave before joining: a typed error, the connection stays.
-    c.send(client_envelope::Body::Leave(pb::Leave {})).await.unwrap();
+    c.send(client_envelope::Body::Leave(pb::Leave {}))
+        .await
+        .unwrap();
     c.join("ok-room").await.unwrap();
-    assert!(c.errors.iter().any(|e| e.code == pb::ErrorCode::NotJoined as i32));
+    assert!(
+        c.errors
+            .iter()
+            .any(|e| e.code == pb::ErrorCode::NotJoined as i32)
+    );
     // A second join: already joined.
     c.send(client_envelope::Body::Join(pb::Join {
         room_id: "other".into(),
@@ -209,7 +231,11 @@ async fn messages_out_of_place_are_refused_without_closing() {
     .await
     .unwrap();
     c.pump_for(Duration::from_millis(200)).await.unwrap();
-    assert!(c.errors.iter().any(|e| e.code == pb::ErrorCode::AlreadyJoined as i32));
+    assert!(
+        c.errors
+            .iter()
+            .any(|e| e.code == pb::ErrorCode::AlreadyJoined as i32)
+    );
     plaza.shutdown().await;
 }
 

@@ -42,17 +42,25 @@ async fn fifty_clients_see_each_other_at_their_latest_positions() {
         tasks.push(tokio::spawn(async move {
             let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
             loop {
-                let complete = entities.iter().enumerate().filter(|(j, _)| *j != i).all(|(j, e)| {
-                    c.decoder.get(*e).is_some_and(|r| {
-                        let p = r.pose.position_m();
-                        let t = target(j);
-                        (0..3).all(|k| (p[k] - t[k]).abs() <= POSITION_ERROR_M + 1e-4)
-                    })
-                });
+                let complete =
+                    entities
+                        .iter()
+                        .enumerate()
+                        .filter(|(j, _)| *j != i)
+                        .all(|(j, e)| {
+                            c.decoder.get(*e).is_some_and(|r| {
+                                let p = r.pose.position_m();
+                                let t = target(j);
+                                (0..3).all(|k| (p[k] - t[k]).abs() <= POSITION_ERROR_M + 1e-4)
+                            })
+                        });
                 if complete {
                     return (tokio::time::Instant::now(), c);
                 }
-                assert!(tokio::time::Instant::now() < deadline, "client {i} never saw everyone");
+                assert!(
+                    tokio::time::Instant::now() < deadline,
+                    "client {i} never saw everyone"
+                );
                 c.recv().await.unwrap().expect("connection open");
             }
         }));
@@ -65,7 +73,10 @@ async fn fifty_clients_see_each_other_at_their_latest_positions() {
         latest = latest.max(seen_at);
     }
     let took = latest.duration_since(last_move);
-    assert!(took <= Duration::from_millis(500), "views converged after {took:?}");
+    assert!(
+        took <= Duration::from_millis(500),
+        "views converged after {took:?}"
+    );
     plaza.shutdown().await;
 }
 
@@ -108,9 +119,11 @@ async fn leave_then_join_again() {
     let eb = b.join("lj").await.unwrap();
     a.pump_for(Duration::from_millis(200)).await.unwrap();
     assert!(a.decoder.get(eb).is_some());
-    b.send(plaza_proto::pb::client_envelope::Body::Leave(plaza_proto::pb::Leave {}))
-        .await
-        .unwrap();
+    b.send(plaza_proto::pb::client_envelope::Body::Leave(
+        plaza_proto::pb::Leave {},
+    ))
+    .await
+    .unwrap();
     let mut gone = false;
     for _ in 0..50 {
         a.recv().await.unwrap();

@@ -43,12 +43,18 @@ async fn a_panicking_room_does_not_take_others_down() {
             None => panic!("client of the failed room was disconnected"),
         }
     }
-    assert!(rejoined && keyframe_after, "resumed into a new activation with a keyframe");
+    assert!(
+        rejoined && keyframe_after,
+        "resumed into a new activation with a keyframe"
+    );
     assert_eq!(a.frame_errors, 0);
 
     let b = steady.await.unwrap();
     assert_eq!(b.frame_errors, 0);
-    assert!(b.frames.len() >= frames_before + 20, "steady room kept ticking");
+    assert!(
+        b.frames.len() >= frames_before + 20,
+        "steady room kept ticking"
+    );
     for pair in b.frames.windows(2) {
         assert_eq!(pair[1].seq, pair[0].seq.wrapping_add(1));
     }
@@ -70,5 +76,6 @@ async fn a_panicking_room_does_not_take_others_down() {
 
 /// Runs a future to completion from a sync closure (the closure is polled on a runtime thread).
 fn futures_now<F: Future<Output = anyhow::Result<String>>>(f: F) -> String {
-    tokio::task::block_in_place(|| tokio::runtime::Handle::current().block_on(f)).unwrap_or_default()
+    tokio::task::block_in_place(|| tokio::runtime::Handle::current().block_on(f))
+        .unwrap_or_default()
 }

@@ -8,7 +8,7 @@
 //! This module does not decide what is sent; it only answers "who does this viewer see, and in
 //! which distance band".
 
-use rstar::{PointDistance, RTree, RTreeObject, AABB};
+use rstar::{AABB, PointDistance, RTree, RTreeObject};
 
 /// Distance bands (metres) that set an entity's tier for a viewer: tier 0 within the first band,
 /// tier 3 beyond the last.
@@ -55,7 +55,10 @@ pub struct InterestIndex {
 impl InterestIndex {
     /// Builds the index from `(entity id, position)` pairs.
     pub fn build(points: impl IntoIterator<Item = (u32, [f32; 3])>, bands_m: [f32; 3]) -> Self {
-        let pts: Vec<Point> = points.into_iter().map(|(id, pos)| Point { id, pos }).collect();
+        let pts: Vec<Point> = points
+            .into_iter()
+            .map(|(id, pos)| Point { id, pos })
+            .collect();
         Self {
             tree: RTree::bulk_load(pts),
             bands_sq: bands_m.map(|b| b * b),
@@ -107,7 +110,8 @@ impl InterestIndex {
             picked.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
             picked.truncate(cap);
         }
-        out.entries.extend(picked.iter().map(|(d2, id)| (*id, self.tier_of(*d2))));
+        out.entries
+            .extend(picked.iter().map(|(d2, id)| (*id, self.tier_of(*d2))));
         out.entries.sort_unstable_by_key(|e| e.0);
     }
 }
@@ -147,7 +151,12 @@ mod tests {
     #[test]
     fn tiers_follow_distance_bands() {
         let idx = InterestIndex::build(
-            vec![(1, [0.0; 3]), (2, [5.0, 0.0, 0.0]), (3, [20.0, 0.0, 0.0]), (4, [100.0, 0.0, 0.0])],
+            vec![
+                (1, [0.0; 3]),
+                (2, [5.0, 0.0, 0.0]),
+                (3, [20.0, 0.0, 0.0]),
+                (4, [100.0, 0.0, 0.0]),
+            ],
             DEFAULT_TIER_BANDS_M,
         );
         let mut set = InterestSet::default();

@@ -482,29 +482,27 @@ impl Room {
             while let Some(input) = m.inputs.pop_front() {
                 match input {
                     Input::Resync => m.encoder.request_keyframe(),
-                    Input::Move(mv) => {
-                        match validate_move(m, &mv, half) {
-                            Ok(()) => {
-                                m.pose = mv.pose;
-                                m.last_input_seq = mv.seq;
-                                m.last_timestamp_s = Some(mv.timestamp_s);
-                                self.stats.moves_applied += 1;
-                            }
-                            Err(reason) => {
-                                let i = RejectReason::ALL
-                                    .iter()
-                                    .position(|r| *r == reason)
-                                    .unwrap_or(0);
-                                self.stats.moves_rejected[i] += 1;
-                                out.push(Outbound::Correction {
-                                    session: *session,
-                                    reason,
-                                    pose: m.pose,
-                                    last_input_seq: m.last_input_seq,
-                                });
-                            }
+                    Input::Move(mv) => match validate_move(m, &mv, half) {
+                        Ok(()) => {
+                            m.pose = mv.pose;
+                            m.last_input_seq = mv.seq;
+                            m.last_timestamp_s = Some(mv.timestamp_s);
+                            self.stats.moves_applied += 1;
                         }
-                    }
+                        Err(reason) => {
+                            let i = RejectReason::ALL
+                                .iter()
+                                .position(|r| *r == reason)
+                                .unwrap_or(0);
+                            self.stats.moves_rejected[i] += 1;
+                            out.push(Outbound::Correction {
+                                session: *session,
+                                reason,
+                                pose: m.pose,
+                                last_input_seq: m.last_input_seq,
+                            });
+                        }
+                    },
                 }
             }
         }
@@ -574,7 +572,11 @@ fn quantized_position(arena: &[EntityRecord], id: u32) -> Option<[f32; 3]> {
 /// Basic validation until the physics authority decides: finite values and room bounds.
 fn validate_move(m: &Member, mv: &MoveInput, half_extent_m: f32) -> Result<(), RejectReason> {
     let p = &mv.pose;
-    let finite = p.position.iter().chain(p.velocity.iter()).all(|v| v.is_finite())
+    let finite = p
+        .position
+        .iter()
+        .chain(p.velocity.iter())
+        .all(|v| v.is_finite())
         && p.yaw_deg.is_finite()
         && mv.timestamp_s.is_finite();
     if !finite {

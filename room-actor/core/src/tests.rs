@@ -59,12 +59,21 @@ fn joins_are_applied_at_the_tick_and_get_a_keyframe() {
     let joined: Vec<_> = out
         .iter()
         .filter_map(|o| match o {
-            Outbound::Joined { session, entity, .. } => Some((*session, *entity)),
+            Outbound::Joined {
+                session, entity, ..
+            } => Some((*session, *entity)),
             _ => None,
         })
         .collect();
     assert_eq!(joined, vec![(1, 1), (2, 2)]);
-    assert!(out.iter().any(|o| matches!(o, Outbound::Frame { session: 1, keyframe: true, .. })));
+    assert!(out.iter().any(|o| matches!(
+        o,
+        Outbound::Frame {
+            session: 1,
+            keyframe: true,
+            ..
+        }
+    )));
     // Each sees the other, not itself.
     assert!(decoders[&1].get(2).is_some());
     assert!(decoders[&1].get(1).is_none());
@@ -178,7 +187,10 @@ fn same_inputs_give_the_same_bytes() {
         }
         for t in 1..=30u64 {
             for s in 1..=8u64 {
-                room.input(s, mv(t as u32, (s + t) as f32 * 0.1, s as f32, t as f64 * 0.02));
+                room.input(
+                    s,
+                    mv(t as u32, (s + t) as f32 * 0.1, s as f32, t as f64 * 0.02),
+                );
             }
             room.step(t * 20, &mut all);
         }
