@@ -160,6 +160,8 @@ pub(crate) struct Bot {
     seen_last: HashMap<u32, u64>,
     last_frame_at: Option<Instant>,
     resync_sent_at: Option<Instant>,
+    /// The next frame is the join's keyframe (not a server-initiated one).
+    expect_keyframe: bool,
     pings: VecDeque<(u64, Instant)>,
     samples: LocalSamples,
     phase: Phase,
@@ -199,6 +201,7 @@ impl Bot {
             seen_last: HashMap::new(),
             last_frame_at: None,
             resync_sent_at: None,
+            expect_keyframe: true,
             pings: VecDeque::new(),
             samples: LocalSamples::default(),
             phase: Phase::Joined,
@@ -494,10 +497,21 @@ impl Bot {
                 Ok(())
             }
             SBody::Joined(j) => {
-                if matches!(self.phase, Phase::Joining { .. }) {
-                    Counters::add(&self.shared.stats.counters.rejoins, 1);
+                let now = Instant::now();
+                let stats = &self.shared.stats;
+                match self.phase {
+                    Phase::Joining { .. } => Counters::add(&stats.counters.rejoins, 1),
+                    Phase::Joined if self.own_entity.is_some() => {
+                        // The gateway moved us to another room activation (node loss) without
+                        // a reconnect: an in-session resume, measured from the last frame.
+                        Counters::add(&stats.counters.resumes, 1);
+                        Counters::add(&stats.counters.resumes_in_session, 1);
+                        let since = self.last_frame_at.unwrap_or(now);
+                        stats.record(Metric::Resume, micros(now - since));
+                    }
+                    _ => {}
                 }
-                self.on_joined(j, Instant::now());
+                self.on_joined(j, now);
                 Ok(())
             }
             SBody::Left(_) => {
@@ -559,6 +573,7 @@ impl Bot {
         }
         self.decoder.reset();
         self.resync_sent_at = None;
+        self.expect_keyframe = true;
         self.last_frame_at = None;
         self.seen_last.clear();
         self.first_move = true;
@@ -600,6 +615,9 @@ impl Bot {
         match self.decoder.apply(frame) {
             Ok(d) => {
                 if d.keyframe {
+                    if self.resync_sent_at.is_none() && !self.expect_keyframe {
+                        Counters::add(&counters.keyframes_unrequested, 1);
+                    }
                     self.resync_sent_at = None;
                     // Everything arrives anew: first sightings, not moves.
                     self.seen_last.clear();
@@ -608,6 +626,7 @@ impl Bot {
                 for id in &d.removed {
                     self.seen_last.remove(id);
                 }
+                self.expect_keyframe = false;
                 if !d.changed.is_empty() {
                     let own = self.own_entity;
                     let decoder = &self.decoder;

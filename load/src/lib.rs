@@ -216,6 +216,8 @@ pub async fn run(cfg: LoadConfig) -> anyhow::Result<Report> {
         connect_ms: connect,
         resume_ms: resume,
         resumes: Counters::get(&c.resumes),
+        resumes_in_session: Counters::get(&c.resumes_in_session),
+        keyframes_unrequested: Counters::get(&c.keyframes_unrequested),
         rejoins: Counters::get(&c.rejoins),
         close_codes: keyed.close_codes,
         error_codes: keyed.error_codes,

@@ -75,6 +75,9 @@ pub struct Report {
     pub check_failures: u64,
     /// `Resync` messages sent.
     pub keyframes_requested: u64,
+    /// Keyframes the bot did not ask for (besides each join's first frame): the server started
+    /// over, e.g. after a slow-consumer overflow or a room move.
+    pub keyframes_unrequested: u64,
     /// Deltas that arrived between a `Resync` and its keyframe (not applied, expected).
     pub frames_awaiting_keyframe: u64,
     /// Movement messages sent.
@@ -97,10 +100,14 @@ pub struct Report {
     pub rtt_ms: Percentiles,
     /// Connect + negotiate + join of a bot's first session.
     pub connect_ms: Percentiles,
-    /// Disconnect → joined again, for resumed sessions.
+    /// Disconnect (or last frame, in session) → joined again, for resumed sessions.
     pub resume_ms: Percentiles,
-    /// Sessions taken back after a disconnect.
+    /// Sessions taken back: reconnects with the resume token, plus in-session resumes.
     pub resumes: u64,
+    /// Of `resumes`, those where the gateway re-joined the bot to its room without a reconnect
+    /// (a new `Joined` mid-session, e.g. after a node loss); `resume_ms` counts these from the
+    /// last frame before the gap.
+    pub resumes_in_session: u64,
     /// Churner rejoins on the same connection.
     pub rejoins: u64,
     /// Close codes the server closed with ("1006": no close frame).
@@ -203,7 +210,14 @@ impl Report {
                 "up bytes / bot / s",
                 format!("{:.0}", self.up_bytes_per_bot_per_s),
             ),
-            ("resumes", self.resumes.to_string()),
+            (
+                "resumes (in session)",
+                format!("{} ({})", self.resumes, self.resumes_in_session),
+            ),
+            (
+                "keyframes unrequested",
+                self.keyframes_unrequested.to_string(),
+            ),
             ("rejoins (churn)", self.rejoins.to_string()),
             (
                 "connect failures",

@@ -111,6 +111,8 @@ pub(crate) struct Counters {
     pub(crate) movements_sent: AtomicU64,
     pub(crate) pings_sent: AtomicU64,
     pub(crate) resumes: AtomicU64,
+    pub(crate) resumes_in_session: AtomicU64,
+    pub(crate) keyframes_unrequested: AtomicU64,
     pub(crate) rejoins: AtomicU64,
     pub(crate) interactions_sent: AtomicU64,
     pub(crate) consent_sent: AtomicU64,

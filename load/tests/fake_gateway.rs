@@ -35,6 +35,11 @@ struct Faults {
     going_away_at: Option<u32>,
     /// Every join is refused with this close code (e.g. 4005 room full).
     refuse_join_with: Option<u16>,
+    /// The first session to reach this many frames is moved to a "new node": a fresh `Joined`
+    /// and a keyframe, without a reconnect.
+    rejoin_at: Option<u32>,
+    /// The first session to reach this many frames gets a keyframe it did not ask for.
+    keyframe_at: Option<u32>,
 }
 
 #[derive(Default)]
@@ -49,6 +54,8 @@ struct Fake {
     next_session: AtomicU64,
     skip_done: AtomicU32,
     going_away_done: AtomicU32,
+    rejoin_done: AtomicU32,
+    keyframe_done: AtomicU32,
     resyncs: AtomicU32,
     resumed: AtomicU32,
     /// resume token → (session id, room, entity).
@@ -65,6 +72,8 @@ async fn start_fake(faults: Faults) -> (SocketAddr, Arc<Fake>) {
         next_session: AtomicU64::new(1),
         skip_done: AtomicU32::new(0),
         going_away_done: AtomicU32::new(0),
+        rejoin_done: AtomicU32::new(0),
+        keyframe_done: AtomicU32::new(0),
         resyncs: AtomicU32::new(0),
         resumed: AtomicU32::new(0),
         tokens: Mutex::new(BTreeMap::new()),
@@ -174,6 +183,18 @@ async fn serve(fake: Arc<Fake>, tcp: TcpStream) {
             _ = tick.tick() => {
                 let Some((room, own)) = &joined else { continue };
                 room_tick += 1;
+                if fake.faults.rejoin_at == Some(frames + 1)
+                    && fake.rejoin_done.fetch_add(1, Ordering::Relaxed) == 0
+                {
+                    let j = pb::Joined { room_id: room.clone(), entity_id: *own, broadcast_hz: 20, ..Default::default() };
+                    if ws.send(env(SBody::Joined(j))).await.is_err() { break }
+                    encoder = FrameEncoder::new(EncoderConfig { budget_bytes_per_s: 0, broadcast_hz: 20, check_every: 10 });
+                }
+                if fake.faults.keyframe_at == Some(frames + 1)
+                    && fake.keyframe_done.fetch_add(1, Ordering::Relaxed) == 0
+                {
+                    encoder.request_keyframe();
+                }
                 let records: Vec<EntityRecord> = fake.rooms.lock().get(room).map(|r| {
                     r.poses.iter().filter(|(id, _)| *id != own).map(|(id, p)| EntityRecord { id: *id, generation: 0, kind: 0, pose: quantize(p) }).collect()
                 }).unwrap_or_default();
@@ -226,6 +247,8 @@ async fn bots_join_decode_and_see_each_other() {
     assert_eq!(report.bots_connected, 8);
     assert_eq!(report.check_failures, 0);
     assert_eq!(report.keyframes_requested, 0);
+    assert_eq!(report.keyframes_unrequested, 0);
+    assert_eq!(report.resumes, 0);
     assert_eq!(fake.resyncs.load(Ordering::Relaxed), 0);
     assert!(report.frames_received > 0);
     assert_eq!(report.keyframes_received, 8);
@@ -269,6 +292,26 @@ async fn going_away_is_resumed_with_the_token() {
     assert_eq!(report.resumes, 1, "{report:#?}");
     assert_eq!(report.resume_ms.count, 1);
     assert_eq!(fake.resumed.load(Ordering::Relaxed), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_session_rejoin_counts_as_resume_and_stray_keyframes_are_counted() {
+    let (addr, _fake) = start_fake(Faults {
+        rejoin_at: Some(5),
+        keyframe_at: Some(8),
+        ..Faults::default()
+    })
+    .await;
+    let report = plaza_load::run(config(addr, 4)).await.unwrap();
+    assert_clean(&report);
+    assert_eq!(report.resumes, 1, "{report:#?}");
+    assert_eq!(report.resumes_in_session, 1);
+    assert_eq!(report.resume_ms.count, 1);
+    assert_eq!(report.close_codes.total(), 0);
+    assert_eq!(report.check_failures, 0);
+    // The rejoin's keyframe was announced by its Joined; the other one was not.
+    assert_eq!(report.keyframes_unrequested, 1, "{report:#?}");
+    assert_eq!(report.keyframes_received, 6);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
