@@ -261,62 +261,14 @@ impl RoomDefinition {
             });
         }
         for (i, s) in self.statics.iter().enumerate() {
-            let label = if s.name().is_empty() {
-                format!("statics[{i}]")
-            } else {
-                s.name().to_owned()
-            };
-            match s {
-                StaticShape::Box {
-                    center,
-                    half_extents,
-                    rotation_deg,
-                    ..
-                } => {
-                    check_vec(&label, *center)?;
-                    check_vec(&label, *rotation_deg)?;
-                    check_positive(&label, half_extents)?;
-                }
-                StaticShape::Cylinder {
-                    center,
-                    half_height,
-                    radius,
-                    ..
-                } => {
-                    check_vec(&label, *center)?;
-                    check_positive(&label, &[*half_height, *radius])?;
-                }
-                StaticShape::Ramp {
-                    from,
-                    to,
-                    width,
-                    thickness,
-                    ..
-                } => {
-                    check_vec(&label, *from)?;
-                    check_vec(&label, *to)?;
-                    check_positive(&label, &[*width, *thickness])?;
-                    let d = [to[0] - from[0], to[1] - from[1], to[2] - from[2]];
-                    let horizontal = (d[0] * d[0] + d[2] * d[2]).sqrt();
-                    // A ramp needs a horizontal run; a vertical one is a wall (use a box).
-                    if horizontal < 1e-3 {
-                        return Err(DefinitionError::InvalidShape(label));
-                    }
-                }
-            }
+            check_static(i, s)?;
         }
         let mut ids = std::collections::BTreeSet::new();
         for p in &self.props {
             if !ids.insert(p.id) {
                 return Err(DefinitionError::DuplicateProp(p.id));
             }
-            let label = format!("prop {}", p.id);
-            check_vec(&label, p.position)?;
-            check_positive(&label, &[p.density])?;
-            match p.shape {
-                PropShape::Box { half_extents } => check_positive(&label, &half_extents)?,
-                PropShape::Ball { radius } => check_positive(&label, &[radius])?,
-            }
+            check_prop(p)?;
             if !self.contains(p.position) {
                 return Err(DefinitionError::PropOutOfBounds(p.id));
             }
@@ -327,6 +279,65 @@ impl RoomDefinition {
     /// Whether `p` lies within the room bounds (inclusive). False for non-finite points.
     pub fn contains(&self, p: [f32; 3]) -> bool {
         (0..3).all(|i| p[i] >= self.bounds_min[i] && p[i] <= self.bounds_max[i])
+    }
+}
+
+/// Checks one static shape (finite, positive sizes, ramps with a horizontal run).
+pub(crate) fn check_static(index: usize, s: &StaticShape) -> Result<(), DefinitionError> {
+    let label = if s.name().is_empty() {
+        format!("statics[{index}]")
+    } else {
+        s.name().to_owned()
+    };
+    match s {
+        StaticShape::Box {
+            center,
+            half_extents,
+            rotation_deg,
+            ..
+        } => {
+            check_vec(&label, *center)?;
+            check_vec(&label, *rotation_deg)?;
+            check_positive(&label, half_extents)
+        }
+        StaticShape::Cylinder {
+            center,
+            half_height,
+            radius,
+            ..
+        } => {
+            check_vec(&label, *center)?;
+            check_positive(&label, &[*half_height, *radius])
+        }
+        StaticShape::Ramp {
+            from,
+            to,
+            width,
+            thickness,
+            ..
+        } => {
+            check_vec(&label, *from)?;
+            check_vec(&label, *to)?;
+            check_positive(&label, &[*width, *thickness])?;
+            let d = [to[0] - from[0], to[1] - from[1], to[2] - from[2]];
+            let horizontal = (d[0] * d[0] + d[2] * d[2]).sqrt();
+            // A ramp needs a horizontal run; a vertical one is a wall (use a box).
+            if horizontal < 1e-3 {
+                return Err(DefinitionError::InvalidShape(label));
+            }
+            Ok(())
+        }
+    }
+}
+
+/// Checks one prop's own numbers (not its id's uniqueness nor the room bounds).
+pub(crate) fn check_prop(p: &PropDef) -> Result<(), DefinitionError> {
+    let label = format!("prop {}", p.id);
+    check_vec(&label, p.position)?;
+    check_positive(&label, &[p.density])?;
+    match p.shape {
+        PropShape::Box { half_extents } => check_positive(&label, &half_extents),
+        PropShape::Ball { radius } => check_positive(&label, &[radius]),
     }
 }
 

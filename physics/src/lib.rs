@@ -34,4 +34,4 @@ pub mod world;
 pub use config::PhysicsConfig;
 pub use definition::{DefinitionError, PropDef, PropShape, RoomDefinition, StaticShape};
 pub use movement::{MoveClaim, MoveOutcome, MoveRejection, RejectReason};
-pub use world::RoomPhysics;
+pub use world::{PropState, RoomPhysics};

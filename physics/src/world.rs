@@ -19,7 +19,7 @@ use rapier3d::prelude::{
 };
 
 use crate::config::PhysicsConfig;
-use crate::definition::{PropShape, RoomDefinition, StaticShape};
+use crate::definition::{PropShape, RoomDefinition, StaticShape, check_prop, check_static};
 use crate::movement::{
     ClockTracker, ClockVerdict, MoveClaim, MoveOutcome, MoveRejection, RejectReason,
     check_displacement, claim_is_finite, distance, length,
@@ -59,6 +59,21 @@ struct Prop {
     home: Vector,
     /// The avatar holding it, if any.
     holder: Option<u32>,
+}
+
+/// The physical state of one prop, for snapshots.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct PropState {
+    /// Centre (metres).
+    pub position: [f32; 3],
+    /// Orientation as a unit quaternion `[x, y, z, w]`.
+    pub rotation: [f32; 4],
+    /// Linear velocity (m/s).
+    pub velocity: [f32; 3],
+    /// The avatar holding it, if any.
+    pub holder: Option<u32>,
+    /// The body sleeps (at rest): its state will not change until something touches it.
+    pub at_rest: bool,
 }
 
 /// The physics world of one room.
@@ -150,15 +165,26 @@ fn prop_shape(s: &PropShape, shrink: f32) -> SharedShape {
 }
 
 impl RoomPhysics {
-    /// Builds the room's world from its definition (the definition is assumed validated; see
-    /// [`RoomDefinition::validate`]). The configuration is [`PhysicsConfig::sanitized`].
+    /// Builds the room's world from its definition (validate it first with
+    /// [`RoomDefinition::validate`]; shapes or props that fail their own checks are skipped
+    /// rather than trusted). The configuration is [`PhysicsConfig::sanitized`].
     pub fn new(def: &RoomDefinition, cfg: PhysicsConfig) -> Self {
         let cfg = cfg.sanitized();
+        let finite = |a: [f32; 3]| a.iter().all(|x| x.is_finite());
         let mut world = PhysicsWorld::new();
-        world.gravity = v(def.gravity);
+        if finite(def.gravity) {
+            world.gravity = v(def.gravity);
+        }
         world.integration_parameters.dt = cfg.step_dt;
         let mut statics = PhysicsWorld::new();
-        for s in &def.statics {
+        // An unvalidated definition must not poison the world: skip shapes that fail their
+        // own checks (a validated definition has none).
+        for (_, s) in def
+            .statics
+            .iter()
+            .enumerate()
+            .filter(|(i, s)| check_static(*i, s).is_ok())
+        {
             let c = static_collider(s).friction(0.8);
             world.insert_collider(c.clone(), None);
             statics.insert_collider(c, None);
@@ -167,7 +193,10 @@ impl RoomPhysics {
         statics.step();
 
         let mut props = BTreeMap::new();
-        for p in &def.props {
+        for p in def.props.iter().filter(|p| check_prop(p).is_ok()) {
+            if props.contains_key(&p.id) {
+                continue;
+            }
             let shape = prop_shape(&p.shape, 0.0);
             let probe = prop_shape(&p.shape, PLACE_SLACK_M);
             let home = v(p.position);
@@ -214,7 +243,11 @@ impl RoomPhysics {
         Self {
             bounds_min: v(def.bounds_min),
             bounds_max: v(def.bounds_max),
-            spawn: v(def.spawn),
+            spawn: if finite(def.spawn) {
+                v(def.spawn)
+            } else {
+                Vector::ZERO
+            },
             cfg,
             world,
             statics,
@@ -696,6 +729,27 @@ impl RoomPhysics {
             b.set_angvel(Vector::ZERO, true);
         }
         Ok(())
+    }
+
+    /// A prop's full physical state.
+    pub fn prop_state(&self, prop: u32) -> Option<PropState> {
+        let p = self.props.get(&prop)?;
+        let b = self.world.bodies.get(p.body)?;
+        let r = b.rotation();
+        Some(PropState {
+            position: arr(b.translation()),
+            rotation: [r.x, r.y, r.z, r.w],
+            velocity: arr(b.linvel()),
+            holder: p.holder,
+            at_rest: b.is_sleeping(),
+        })
+    }
+
+    /// Every prop's full state, in id order.
+    pub fn prop_states(&self) -> impl Iterator<Item = (u32, PropState)> + '_ {
+        self.props
+            .keys()
+            .filter_map(|id| self.prop_state(*id).map(|s| (*id, s)))
     }
 
     /// Every prop and its centre, in id order.

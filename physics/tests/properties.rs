@@ -113,3 +113,58 @@ proptest! {
         }
     }
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(128))]
+
+    /// An avatar west of a 0.5 m wall (inner face at x = 5, taller than the room: avatars are
+    /// not held to the ground, so they could climb over a low one) never gets east of it,
+    /// whatever sequence of in-speed moves it claims (diagonal, vertical, sliding).
+    #[test]
+    fn no_move_crosses_a_wall(
+        start_x in -4.0f32..4.5,
+        moves in prop::collection::vec(
+            ((-1.0f32..3.5), (-0.5f32..1.5), (-3.0f32..3.0), (0.05f32..0.3)),
+            1..80,
+        ),
+    ) {
+        let def = RoomDefinition::from_toml_str(
+            r#"
+name = "wall"
+bounds_min = [-10.0, -1.0, -10.0]
+bounds_max = [10.0, 20.0, 10.0]
+spawn = [0.0, 0.0, 0.0]
+[[statics]]
+shape = "box"
+center = [0.0, -0.5, 0.0]
+half_extents = [10.0, 0.5, 10.0]
+[[statics]]
+shape = "box"
+center = [5.25, 10.0, 0.0]
+half_extents = [0.25, 12.0, 10.0]
+"#,
+        )
+        .unwrap();
+        let mut room = RoomPhysics::new(&def, PhysicsConfig::default());
+        room.add_avatar(1, [start_x, 0.0, 0.0]);
+        let mut now = 0;
+        for (dx, dy, dz, dt) in moves {
+            now += (dt * 1000.0) as u64;
+            let p = room.avatar_position(1).unwrap();
+            let to = [p[0] + dx * dt * 4.0, (p[1] + dy * dt * 4.0).max(-0.5), p[2] + dz * dt * 4.0];
+            let c = MoveClaim {
+                position: to,
+                velocity: [0.0; 3],
+                dt_s: dt,
+                client_time_ms: now,
+                movement_kind: 3,
+                is_instant: false,
+            };
+            let _ = room.validate_and_move(1, c, now);
+            let p = room.avatar_position(1).unwrap();
+            // Contact may be up to 5 mm deep (the controller nudges while sliding).
+            prop_assert!(p[0] <= 4.75 + 0.005, "crossed: {p:?}");
+            prop_assert!(!room.penetrates_statics(p), "sank: {p:?}");
+        }
+    }
+}

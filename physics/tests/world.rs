@@ -383,6 +383,15 @@ fn props_fall_and_rest_on_the_floor() {
         room.props().map(|(id, _)| id).collect::<Vec<_>>(),
         vec![7, 8]
     );
+    // Settled props sleep and report it; their velocity is ~0 and orientation a unit quaternion.
+    settle(&mut room, 200);
+    let st = room.prop_state(7).unwrap();
+    assert!(st.at_rest, "{st:?}");
+    assert!(st.velocity.iter().all(|v| v.abs() < 1e-3), "{st:?}");
+    let q = st.rotation;
+    assert!(((q[0] * q[0] + q[1] * q[1] + q[2] * q[2] + q[3] * q[3]) - 1.0).abs() < 1e-3);
+    assert_eq!(room.prop_states().count(), 2);
+    assert_eq!(room.prop_state(99), None);
 }
 
 #[test]
@@ -623,4 +632,35 @@ fn shallow_descent_along_the_floor_never_sinks_into_it() {
         // Feet may sit at most the 2 cm skin (+5 mm slack) below the floor top.
         assert!(pos[1] > -0.025, "{r:?}");
     }
+}
+
+#[test]
+fn an_unvalidated_definition_with_broken_shapes_does_not_poison_the_world() {
+    let mut def = walled_room();
+    def.statics.push(plaza_physics::StaticShape::Ramp {
+        name: "degenerate".into(),
+        from: [1.0, 0.0, 1.0],
+        to: [1.0, 0.0, 1.0],
+        width: 1.0,
+        thickness: 0.1,
+    });
+    def.statics.push(plaza_physics::StaticShape::Box {
+        name: "nan".into(),
+        center: [f32::NAN, 0.0, 0.0],
+        half_extents: [1.0, 1.0, 1.0],
+        rotation_deg: [0.0; 3],
+    });
+    let mut dup = def.props[0].clone();
+    dup.position = [f32::NAN; 3];
+    def.props.push(dup);
+    assert!(def.validate().is_err());
+    let mut room = RoomPhysics::new(&def, PhysicsConfig::default());
+    let p = room.add_avatar(1, [0.0, 0.0, 0.0]);
+    assert_eq!(p, [0.0, 0.0, 0.0]);
+    settle(&mut room, 50);
+    assert!(room.prop_position(7).unwrap().iter().all(|x| x.is_finite()));
+    assert!(
+        room.validate_and_move(1, claim([0.5, 0.0, 0.0], 0.1), 0)
+            .is_ok()
+    );
 }
