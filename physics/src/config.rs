@@ -42,6 +42,14 @@ pub struct PhysicsConfig {
     /// rejected with [`crate::RejectReason::Blocked`] (the avatar still moves up to the obstacle;
     /// default 1.0).
     pub blocked_reject_m: f32,
+    /// Anti-fly rule: an avatar whose feet are more than this (metres) above the geometry
+    /// below it must be falling, at least `min_fall_speed_mps`; otherwise the move is rejected
+    /// with [`crate::RejectReason::Airborne`]. Covers jumps (and double jumps) up to this height.
+    /// `None` allows flying (default `Some(3.0)`).
+    pub max_height_above_ground_m: Option<f32>,
+    /// How fast (m/s) an avatar above `max_height_above_ground_m` must at least descend
+    /// (default 2.0; free fall is far faster).
+    pub min_fall_speed_mps: f32,
     /// Avatar capsule half-height of the cylindrical part (default 0.9).
     pub capsule_half_height: f32,
     /// Avatar capsule radius (default 0.25).
@@ -71,6 +79,8 @@ impl Default for PhysicsConfig {
             max_clock_lag_ms: 500,
             blocked_epsilon_m: 0.02,
             blocked_reject_m: 1.0,
+            max_height_above_ground_m: Some(3.0),
+            min_fall_speed_mps: 2.0,
             capsule_half_height: 0.9,
             capsule_radius: 0.25,
             autostep_height_m: 0.3,
@@ -109,6 +119,12 @@ impl PhysicsConfig {
         fix(&mut self.max_move_dt_s, d.max_move_dt_s);
         fix(&mut self.blocked_epsilon_m, d.blocked_epsilon_m);
         fix(&mut self.blocked_reject_m, d.blocked_reject_m);
+        fix(&mut self.min_fall_speed_mps, d.min_fall_speed_mps);
+        if let Some(h) = self.max_height_above_ground_m
+            && (!h.is_finite() || h <= 0.0)
+        {
+            self.max_height_above_ground_m = d.max_height_above_ground_m;
+        }
         fix(&mut self.capsule_half_height, d.capsule_half_height);
         fix(&mut self.capsule_radius, d.capsule_radius);
         fix(&mut self.max_slope_deg, d.max_slope_deg);

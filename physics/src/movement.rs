@@ -64,6 +64,9 @@ pub enum RejectReason {
     /// The avatar or prop is not in this room's physics world.
     #[error("unknown entity")]
     UnknownEntity,
+    /// Higher above the ground than a jump reaches and not falling (fly hack).
+    #[error("airborne without falling")]
+    Airborne,
 }
 
 impl RejectReason {
@@ -78,11 +81,12 @@ impl RejectReason {
             Self::Blocked => "blocked",
             Self::Clock => "clock",
             Self::UnknownEntity => "unknown_entity",
+            Self::Airborne => "airborne",
         }
     }
 
     /// Every reason, for pre-registering metric label sets.
-    pub const ALL: [Self; 8] = [
+    pub const ALL: [Self; 9] = [
         Self::Speed,
         Self::NonFinite,
         Self::NonPositiveDt,
@@ -91,6 +95,7 @@ impl RejectReason {
         Self::Blocked,
         Self::Clock,
         Self::UnknownEntity,
+        Self::Airborne,
     ];
 }
 

@@ -302,6 +302,36 @@ impl RoomPhysics {
             .is_some()
     }
 
+    /// How far (metres) an avatar with its feet at `feet` is above the static geometry under it
+    /// (the capsule's bottom sphere cast straight down, so ledges under the capsule's rim count).
+    /// Infinite over a void.
+    pub fn height_above_ground(&self, feet: [f32; 3]) -> f32 {
+        if !feet.iter().all(|x| x.is_finite()) {
+            return f32::INFINITY;
+        }
+        let feet = v(feet);
+        let r = self.cfg.capsule_radius;
+        let ball = rapier3d::parry::shape::Ball::new(r);
+        let pose = Pose::from_translation(feet + Vector::new(0.0, r + SKIN_M, 0.0));
+        let reach = (self.bounds_max.y - self.bounds_min.y) + 10.0;
+        self.statics
+            .query_pipeline()
+            .cast_shape(
+                &pose,
+                -Vector::Y,
+                &ball,
+                ShapeCastOptions {
+                    target_distance: 0.0,
+                    stop_at_penetration: true,
+                    max_time_of_impact: reach,
+                    compute_impact_geometry_on_penetration: false,
+                },
+            )
+            .map_or(f32::INFINITY, |(_, hit)| {
+                (hit.time_of_impact - SKIN_M).max(0.0)
+            })
+    }
+
     /// Whether an avatar capsule with its feet at `feet` would sink into static geometry by more
     /// than 5 mm (diagnostics and tests: accepted positions never do).
     pub fn penetrates_statics(&self, feet: [f32; 3]) -> bool {
@@ -458,8 +488,24 @@ impl RoomPhysics {
                 return reject(reason);
             }
         }
-
         let body = avatar.body;
+        if !placement && let Some(max_h) = self.cfg.max_height_above_ground_m {
+            let target = v(claimed.position);
+            let descent = current.y - target.y;
+            let must_fall = self.cfg.min_fall_speed_mps * claimed.dt_s.min(self.cfg.max_move_dt_s);
+            // Within `max_h` of the room's floor bound nothing can be higher than `max_h` above
+            // ground, so floor-level walking skips the downward cast.
+            if descent < must_fall
+                && target.y - self.bounds_min.y > max_h
+                && self.height_above_ground(claimed.position) > max_h
+            {
+                return Err(MoveRejection {
+                    reason: RejectReason::Airborne,
+                    authoritative: arr(current),
+                });
+            }
+        }
+
         // Geometry: sweep the capsule from where it is towards the claim.
         let new_pos = current + self.sweep(current, v(claimed.position) - current);
         if let Some(avatar) = self.avatars.get_mut(&entity) {

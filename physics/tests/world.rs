@@ -664,3 +664,90 @@ fn an_unvalidated_definition_with_broken_shapes_does_not_poison_the_world() {
             .is_ok()
     );
 }
+
+#[test]
+fn flying_is_rejected_but_jumps_and_falls_are_not() {
+    let (mut room, mut now) = room_with_avatar([0.0, 0.0, 0.0]);
+    assert!(room.height_above_ground([0.0, 0.0, 0.0]) < 0.01);
+    // Rise at 4 m/s: fine up to 3 m above the floor (a jump), then refused.
+    let mut y = 0.0;
+    let mut refused_at = None;
+    for _ in 0..12 {
+        now += 100;
+        y += 0.4;
+        match room.validate_and_move(1, claim([0.0, y, 0.0], 0.1), now) {
+            Ok(o) => assert!((o.position[1] - y).abs() < 1e-3),
+            Err(e) => {
+                assert_eq!(e.reason, RejectReason::Airborne);
+                refused_at = Some(y);
+                break;
+            }
+        }
+    }
+    assert!((refused_at.unwrap() - 3.2).abs() < 1e-3, "{refused_at:?}");
+    let top = room.avatar_position(1).unwrap();
+    assert!((top[1] - 2.8).abs() < 1e-3);
+    // Hovering there is fine (still within jump height); falling back down is fine.
+    for i in 1..=7 {
+        now += 100;
+        room.validate_and_move(1, claim([0.0, 2.8 - 0.4 * i as f32, 0.0], 0.1), now)
+            .unwrap();
+    }
+
+    // A server teleport 9 m up: the placement is accepted, hovering is not, falling is.
+    room.teleport(1, [0.0, 9.0, 0.0]);
+    room.validate_and_move(
+        1,
+        MoveClaim {
+            is_instant: true,
+            ..claim([0.0, 9.0, 0.0], 0.1)
+        },
+        now,
+    )
+    .unwrap();
+    now += 100;
+    let e = rejected(room.validate_and_move(1, claim([0.3, 9.0, 0.0], 0.1), now));
+    assert_eq!(e.reason, RejectReason::Airborne);
+    // Descending slower than 2 m/s is still hovering.
+    now += 100;
+    let e = rejected(room.validate_and_move(1, claim([0.0, 8.9, 0.0], 0.1), now));
+    assert_eq!(e.reason, RejectReason::Airborne);
+    let mut y = 9.0;
+    while y > 0.0 {
+        now += 100;
+        y = (y - 0.8f32).max(0.0);
+        room.validate_and_move(1, claim([0.0, y, 0.0], 0.1), now)
+            .unwrap();
+    }
+
+    // Flying rooms can turn the rule off.
+    let cfg = PhysicsConfig {
+        max_height_above_ground_m: None,
+        ..PhysicsConfig::default()
+    };
+    let mut sky = RoomPhysics::new(&walled_room(), cfg);
+    sky.add_avatar(1, [0.0, 0.0, 0.0]);
+    for i in 1..=20 {
+        sky.validate_and_move(1, claim([0.0, 0.5 * i as f32, 0.0], 0.1), 100 * i)
+            .unwrap();
+    }
+}
+
+#[test]
+fn standing_on_a_ledge_rim_counts_as_grounded() {
+    // A 5 m high block; the avatar's centre is 0.2 m past its edge, its capsule still on it.
+    let mut def = walled_room();
+    def.statics.push(plaza_physics::StaticShape::Box {
+        name: "block".into(),
+        center: [-5.0, 2.5, 0.0],
+        half_extents: [2.0, 2.5, 2.0],
+        rotation_deg: [0.0; 3],
+    });
+    let room = RoomPhysics::new(&def, PhysicsConfig::default());
+    assert!(room.height_above_ground([-2.8, 5.0, 0.0]) < 0.2);
+    assert!(room.height_above_ground([-2.0, 5.0, 0.0]) > 4.5);
+    assert_eq!(
+        room.height_above_ground([-2.0, f32::NAN, 0.0]),
+        f32::INFINITY
+    );
+}
