@@ -26,8 +26,8 @@ use prost::Message as _;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use tokio::net::TcpStream;
-use tokio_tungstenite::tungstenite::protocol::CloseFrame;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+use tokio_tungstenite::tungstenite::protocol::{CloseFrame, WebSocketConfig};
 use tokio_tungstenite::tungstenite::{self, Message};
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 
@@ -305,8 +305,14 @@ impl Bot {
         let cfg = &self.shared.cfg;
         let hs_deadline =
             (Instant::now() + cfg.connect_timeout).min(deadline + Duration::from_secs(1));
+        // Small buffers: thousands of bots share one process (the default read buffer alone is
+        // 128 KiB per connection); every send is written out at once (no Nagle, no batching).
+        let ws_cfg = WebSocketConfig::default()
+            .read_buffer_size(8 * 1024)
+            .write_buffer_size(0)
+            .max_write_buffer_size(1 << 20);
         let connect =
-            tokio_tungstenite::connect_async_with_config(cfg.gateway.as_str(), None, true);
+            tokio_tungstenite::connect_async_with_config(cfg.gateway.as_str(), Some(ws_cfg), true);
         let (mut ws, _resp) = tokio::time::timeout_at(hs_deadline.into(), connect)
             .await
             .map_err(|_| ConnectError::Timeout)??;

@@ -239,6 +239,7 @@ pub async fn run(cfg: LoadConfig) -> anyhow::Result<Report> {
             .map(|s| s * 1e3),
         server_ticks: tick.as_ref().map(|h| h.count.max(0.0) as u64),
         load_cpu_seconds: (cpu_seconds() - cpu_start).max(0.0),
+        load_peak_rss_mib: peak_rss_mib(),
         series,
     })
 }
@@ -368,6 +369,20 @@ pub fn cpu_seconds() -> f64 {
         .unwrap_or(0.0)
 }
 
+/// Peak resident memory of this process in MiB (`VmHWM` of `/proc/self/status`); 0 where
+/// unavailable.
+pub fn peak_rss_mib() -> f64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| parse_vm_hwm_kib(&s))
+        .map_or(0.0, |kib| kib as f64 / 1024.0)
+}
+
+fn parse_vm_hwm_kib(status: &str) -> Option<u64> {
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
 /// Parses utime + stime (fields 14 and 15, in clock ticks of 1/100 s) out of a
 /// `/proc/<pid>/stat` line.
 fn parse_proc_stat_cpu(stat: &str) -> Option<f64> {
@@ -391,6 +406,11 @@ mod tests {
         assert_eq!(parse_proc_stat_cpu(line), Some(3.0));
         assert_eq!(parse_proc_stat_cpu("garbage"), None);
         assert!(cpu_seconds() >= 0.0);
+        assert_eq!(
+            parse_vm_hwm_kib("Name:\tx\nVmHWM:\t  20480 kB\n"),
+            Some(20480)
+        );
+        assert_eq!(parse_vm_hwm_kib("Name:\tx\n"), None);
     }
 
     #[test]

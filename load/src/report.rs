@@ -138,6 +138,8 @@ pub struct Report {
     pub server_ticks: Option<u64>,
     /// CPU seconds (user + system) the load tool itself used.
     pub load_cpu_seconds: f64,
+    /// Peak resident memory of the load tool (MiB).
+    pub load_peak_rss_mib: f64,
     /// Per-second series.
     pub series: Vec<SeriesPoint>,
 }
@@ -243,6 +245,10 @@ impl Report {
                     self.load_cpu_seconds, self.elapsed_s
                 ),
             ),
+            (
+                "load tool peak RSS",
+                format!("{:.0} MiB", self.load_peak_rss_mib),
+            ),
         ];
         for (k, v) in rows {
             let _ = writeln!(s, "| {k} | {v} |");
@@ -311,18 +317,15 @@ impl Report {
                 );
             }
         }
-        match self.server_tick_p99_ms {
-            Some(t) => {
-                let _ = writeln!(
-                    s,
-                    "server tick p99 {t:.3} ms; load tool CPU {:.1} s",
-                    self.load_cpu_seconds
-                );
-            }
-            None => {
-                let _ = writeln!(s, "load tool CPU {:.1} s", self.load_cpu_seconds);
-            }
-        }
+        let tick = self.server_tick_p99_ms.map_or_else(
+            || "server tick not scraped".into(),
+            |t| format!("server tick p99 {t:.3} ms"),
+        );
+        let _ = writeln!(
+            s,
+            "{tick}; load tool CPU {:.1} s, peak RSS {:.0} MiB",
+            self.load_cpu_seconds, self.load_peak_rss_mib
+        );
         s
     }
 }
