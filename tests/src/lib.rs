@@ -75,6 +75,8 @@ pub struct Client {
     pub resume_token: String,
     /// Own entity from Joined.
     pub entity: u32,
+    /// Spawn position from Joined.
+    pub spawn: [f32; 3],
     /// The decoder holding this client's view of the room.
     pub decoder: FrameDecoder,
     /// Frames applied.
@@ -98,6 +100,7 @@ impl Client {
             wallet: String::new(),
             resume_token: String::new(),
             entity: 0,
+            spawn: [0.0; 3],
             decoder: FrameDecoder::new(),
             frames: Vec::new(),
             errors: Vec::new(),
@@ -155,6 +158,9 @@ impl Client {
             match self.recv().await? {
                 Some(server_envelope::Body::Joined(j)) => {
                     self.entity = j.entity_id;
+                    if let Some(p) = j.position {
+                        self.spawn = [p.x, p.y, p.z];
+                    }
                     return Ok(j.entity_id);
                 }
                 Some(_) => {}

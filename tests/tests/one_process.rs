@@ -21,16 +21,24 @@ async fn fifty_clients_see_each_other_at_their_latest_positions() {
         c.join("plaza-50").await.unwrap();
         clients.push(c);
     }
-    // Everyone moves twice (the second move is the one that must be seen).
-    let target = |i: usize| -> [f32; 3] {
-        let a = i as f32 * 0.7;
-        [10.0 * a.cos() + 0.123, 0.0, 10.0 * a.sin() - 0.456]
-    };
+    // Everyone is placed at its spawn point, then moves twice (the last move must be seen).
+    let spawns: Vec<[f32; 3]> = clients.iter().map(|c| c.spawn).collect();
+    let targets: Vec<[f32; 3]> = (0..spawns.len())
+        .map(|i| {
+            let a = i as f32 * 0.7;
+            let s = spawns[i];
+            // Away from the fountain at the plaza's centre (the spawn is south of it).
+            [s[0] + 0.2 * a.cos() + 0.0123, s[1], s[2] - 0.6 - 0.0456]
+        })
+        .collect();
+    for (i, c) in clients.iter_mut().enumerate() {
+        c.move_to(spawns[i], 1.0).await.unwrap();
+    }
     for round in 0..2 {
         for (i, c) in clients.iter_mut().enumerate() {
-            let mut p = target(i);
-            p[0] += if round == 0 { 1.0 } else { 0.0 };
-            c.move_to(p, 1.0 + round as f64 * 0.2).await.unwrap();
+            let mut p = targets[i];
+            p[0] -= if round == 0 { 0.3 } else { 0.0 };
+            c.move_to(p, 1.2 + round as f64 * 0.2).await.unwrap();
         }
     }
     let last_move = tokio::time::Instant::now();
@@ -39,6 +47,7 @@ async fn fifty_clients_see_each_other_at_their_latest_positions() {
     let mut tasks = Vec::new();
     for (i, mut c) in clients.into_iter().enumerate() {
         let entities = entities.clone();
+        let targets = targets.clone();
         tasks.push(tokio::spawn(async move {
             let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
             loop {
@@ -50,17 +59,31 @@ async fn fifty_clients_see_each_other_at_their_latest_positions() {
                         .all(|(j, e)| {
                             c.decoder.get(*e).is_some_and(|r| {
                                 let p = r.pose.position_m();
-                                let t = target(j);
+                                let t = targets[j];
                                 (0..3).all(|k| (p[k] - t[k]).abs() <= POSITION_ERROR_M + 1e-4)
                             })
                         });
                 if complete {
                     return (tokio::time::Instant::now(), c);
                 }
-                assert!(
-                    tokio::time::Instant::now() < deadline,
-                    "client {i} never saw everyone"
-                );
+                if tokio::time::Instant::now() >= deadline {
+                    let wrong: Vec<_> = entities
+                        .iter()
+                        .enumerate()
+                        .filter(|(j, _)| *j != i)
+                        .map(|(j, e)| (j, c.decoder.get(*e).map(|r| r.pose.position_m()), targets[j]))
+                        .filter(|(_, seen, t)| {
+                            !seen.is_some_and(|p| {
+                                (0..3).all(|k| (p[k] - t[k]).abs() <= POSITION_ERROR_M + 1e-4)
+                            })
+                        })
+                        .take(3)
+                        .collect();
+                    panic!(
+                        "client {i} never saw everyone; corrections {:?}; first views {wrong:?}",
+                        c.corrections
+                    );
+                }
                 c.recv().await.unwrap().expect("connection open");
             }
         }));

@@ -18,6 +18,7 @@ pub mod interest;
 
 use std::collections::{BTreeMap, VecDeque};
 
+use plaza_physics::{MoveClaim, PhysicsConfig, RoomDefinition, RoomPhysics};
 use plaza_proto::frame::{EncoderConfig, EntityRecord, FrameEncoder, OwnState, Visible};
 use plaza_proto::quant::{Pose, quantize};
 
@@ -76,10 +77,10 @@ pub struct RoomConfig {
     pub tier_bands_m: [f32; 3],
     /// Inputs a member may have queued between two ticks; older ones are dropped beyond it.
     pub max_pending_inputs: usize,
-    /// Where avatars spawn (metres, room frame).
-    pub spawn: [f32; 3],
-    /// Half extents of the room on x and z, metres: positions outside are rejected.
-    pub half_extent_m: f32,
+    /// The room's static geometry, bounds, spawn point and props.
+    pub definition: RoomDefinition,
+    /// Physics and movement-validation parameters.
+    pub physics: PhysicsConfig,
 }
 
 impl Default for RoomConfig {
@@ -95,8 +96,8 @@ impl Default for RoomConfig {
             check_every: 20,
             tier_bands_m: DEFAULT_TIER_BANDS_M,
             max_pending_inputs: 32,
-            spawn: [0.0, 0.0, 0.0],
-            half_extent_m: 128.0,
+            definition: RoomDefinition::default_plaza(),
+            physics: PhysicsConfig::default(),
         }
     }
 }
@@ -135,7 +136,7 @@ pub enum Input {
     Resync,
 }
 
-/// Why a movement was rejected.
+/// Why a movement was rejected (the physics authority's reasons, in the room's terms).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum RejectReason {
     /// Faster than the speed limit.
@@ -165,6 +166,23 @@ impl RejectReason {
         Self::Blocked,
         Self::Clock,
     ];
+
+    /// The room's reason for a physics rejection.
+    pub fn from_physics(r: plaza_physics::RejectReason) -> Self {
+        use plaza_physics::RejectReason as P;
+        match r {
+            P::Speed => Self::Speed,
+            P::NonFinite => Self::NonFinite,
+            P::NonPositiveDt => Self::NonPositiveDt,
+            P::OutOfBounds => Self::OutOfBounds,
+            P::Teleport => Self::Teleport,
+            P::Blocked => Self::Blocked,
+            P::Clock => Self::Clock,
+            // The room only validates moves of its members' avatars; an unknown one is a room
+            // bug, reported as the closest client-visible reason.
+            _ => Self::OutOfBounds,
+        }
+    }
 
     /// Stable code for metrics and logs.
     pub fn code(self) -> &'static str {
@@ -288,6 +306,9 @@ pub struct Room {
     members: BTreeMap<SessionId, Member>,
     pending: Vec<Pending>,
     ids: EntityIds,
+    physics: RoomPhysics,
+    /// Room time of the current step, milliseconds.
+    now_ms: u64,
     stats: RoomStats,
     /// Reused per broadcast: the quantized arena, sorted by entity id.
     arena: Vec<EntityRecord>,
@@ -308,6 +329,7 @@ impl std::fmt::Debug for Room {
 impl Room {
     /// A new, empty room.
     pub fn new(id: impl Into<String>, cfg: RoomConfig) -> Self {
+        let physics = RoomPhysics::new(&cfg.definition, cfg.physics.clone());
         Self {
             id: id.into(),
             cfg,
@@ -316,6 +338,8 @@ impl Room {
             members: BTreeMap::new(),
             pending: Vec::new(),
             ids: EntityIds::default(),
+            physics,
+            now_ms: 0,
             stats: RoomStats::default(),
             arena: Vec::new(),
             interest: InterestSet::default(),
@@ -405,11 +429,12 @@ impl Room {
     ///
     /// Performance: runs every tick.
     pub fn step(&mut self, now_ms: u64, out: &mut Vec<Outbound>) {
-        let _ = now_ms;
+        self.now_ms = now_ms;
         self.tick += 1;
         self.stats.ticks += 1;
         self.apply_pending(out);
         self.apply_inputs(out);
+        self.physics.step();
         self.broadcast_acc += self.cfg.broadcast_hz.min(self.cfg.tick_hz);
         if self.broadcast_acc >= self.cfg.tick_hz {
             self.broadcast_acc -= self.cfg.tick_hz;
@@ -436,7 +461,8 @@ impl Room {
                         continue;
                     }
                     let (entity, _generation) = self.ids.allocate();
-                    let spawn = spawn_point(self.cfg.spawn, entity);
+                    let wanted = spawn_point(self.cfg.definition.spawn, entity);
+                    let spawn = self.physics.add_avatar(entity, wanted);
                     let pose = Pose {
                         position: spawn,
                         ..Pose::default()
@@ -465,6 +491,7 @@ impl Room {
                 }
                 Pending::Leave(session) => {
                     if let Some(m) = self.members.remove(&session) {
+                        self.physics.remove_avatar(m.entity);
                         self.ids.free(m.entity);
                         out.push(Outbound::Left {
                             session,
@@ -477,32 +504,70 @@ impl Room {
     }
 
     fn apply_inputs(&mut self, out: &mut Vec<Outbound>) {
-        let half = self.cfg.half_extent_m;
+        let now_ms = self.now_ms;
         for (session, m) in self.members.iter_mut() {
             while let Some(input) = m.inputs.pop_front() {
                 match input {
                     Input::Resync => m.encoder.request_keyframe(),
-                    Input::Move(mv) => match validate_move(m, &mv, half) {
-                        Ok(()) => {
-                            m.pose = mv.pose;
-                            m.last_input_seq = mv.seq;
-                            m.last_timestamp_s = Some(mv.timestamp_s);
-                            self.stats.moves_applied += 1;
+                    Input::Move(mv) => {
+                        let dt_s = match m.last_timestamp_s {
+                            Some(prev) => (mv.timestamp_s - prev) as f32,
+                            // The first move has no previous one: it is a placement, checked
+                            // against the spawn point by the physics authority.
+                            None => 0.1,
+                        };
+                        let claim = MoveClaim {
+                            position: mv.pose.position,
+                            velocity: mv.pose.velocity,
+                            dt_s,
+                            client_time_ms: (mv.timestamp_s.max(0.0) * 1000.0) as u64,
+                            movement_kind: mv.pose.movement_kind,
+                            is_instant: mv.is_instant || m.last_timestamp_s.is_none(),
+                        };
+                        match self.physics.validate_and_move(m.entity, claim, now_ms) {
+                            Ok(outcome) => {
+                                m.pose = mv.pose;
+                                m.pose.position = outcome.position;
+                                m.last_input_seq = mv.seq;
+                                m.last_timestamp_s = Some(mv.timestamp_s);
+                                self.stats.moves_applied += 1;
+                                if outcome.blocked {
+                                    // Geometry stopped part of the move: the client must adopt
+                                    // where it actually is.
+                                    m.pose.velocity = [0.0; 3];
+                                    out.push(Outbound::Correction {
+                                        session: *session,
+                                        reason: RejectReason::Blocked,
+                                        pose: m.pose,
+                                        last_input_seq: m.last_input_seq,
+                                    });
+                                }
+                            }
+                            Err(rej) => {
+                                let reason = RejectReason::from_physics(rej.reason);
+                                let i = RejectReason::ALL
+                                    .iter()
+                                    .position(|r| *r == reason)
+                                    .unwrap_or(0);
+                                self.stats.moves_rejected[i] += 1;
+                                m.pose.position = rej.authoritative;
+                                m.pose.velocity = [0.0; 3];
+                                // A rejected move still advances the client's clock when its
+                                // time is sane, so one bad step does not poison the next.
+                                if mv.timestamp_s.is_finite()
+                                    && m.last_timestamp_s.is_none_or(|p| mv.timestamp_s > p)
+                                {
+                                    m.last_timestamp_s = Some(mv.timestamp_s);
+                                }
+                                out.push(Outbound::Correction {
+                                    session: *session,
+                                    reason,
+                                    pose: m.pose,
+                                    last_input_seq: m.last_input_seq,
+                                });
+                            }
                         }
-                        Err(reason) => {
-                            let i = RejectReason::ALL
-                                .iter()
-                                .position(|r| *r == reason)
-                                .unwrap_or(0);
-                            self.stats.moves_rejected[i] += 1;
-                            out.push(Outbound::Correction {
-                                session: *session,
-                                reason,
-                                pose: m.pose,
-                                last_input_seq: m.last_input_seq,
-                            });
-                        }
-                    },
+                    }
                 }
             }
         }
@@ -567,30 +632,6 @@ fn quantized_position(arena: &[EntityRecord], id: u32) -> Option<[f32; 3]> {
         .binary_search_by_key(&id, |r| r.id)
         .ok()
         .map(|i| arena[i].pose.position_m())
-}
-
-/// Basic validation until the physics authority decides: finite values and room bounds.
-fn validate_move(m: &Member, mv: &MoveInput, half_extent_m: f32) -> Result<(), RejectReason> {
-    let p = &mv.pose;
-    let finite = p
-        .position
-        .iter()
-        .chain(p.velocity.iter())
-        .all(|v| v.is_finite())
-        && p.yaw_deg.is_finite()
-        && mv.timestamp_s.is_finite();
-    if !finite {
-        return Err(RejectReason::NonFinite);
-    }
-    if p.position[0].abs() > half_extent_m || p.position[2].abs() > half_extent_m {
-        return Err(RejectReason::OutOfBounds);
-    }
-    if let Some(prev) = m.last_timestamp_s {
-        if mv.timestamp_s <= prev {
-            return Err(RejectReason::NonPositiveDt);
-        }
-    }
-    Ok(())
 }
 
 /// Spawn points on a spiral around the room's spawn, so capsules never start inside each other.

@@ -80,6 +80,15 @@ fn joins_are_applied_at_the_tick_and_get_a_keyframe() {
     assert_eq!(decoders[&1].own().map(|o| o.entity), Some(1));
 }
 
+fn spawns(out: &[Outbound]) -> BTreeMap<SessionId, [f32; 3]> {
+    out.iter()
+        .filter_map(|o| match o {
+            Outbound::Joined { session, spawn, .. } => Some((*session, *spawn)),
+            _ => None,
+        })
+        .collect()
+}
+
 #[test]
 fn movement_reaches_every_other_member() {
     let mut room = Room::new("r", RoomConfig::default());
@@ -88,19 +97,48 @@ fn movement_reaches_every_other_member() {
     }
     let mut decoders = BTreeMap::new();
     let mut now = 0;
-    step_until_broadcast(&mut room, &mut now, &mut decoders);
+    let spawn = spawns(&step_until_broadcast(&mut room, &mut now, &mut decoders));
+    // First the placement at the spawn point, then a plausible step (0.5 m in 0.1 s).
     for s in 1..=5u64 {
-        room.input(s, mv(1, s as f32 * 3.0, -(s as f32), 1.0));
+        let p = spawn[&s];
+        room.input(s, mv(1, p[0], p[2], 1.0));
+        room.input(s, mv(2, p[0] + 0.5, p[2] - 0.25, 1.1));
     }
-    step_until_broadcast(&mut room, &mut now, &mut decoders);
+    let out = step_until_broadcast(&mut room, &mut now, &mut decoders);
+    assert!(!out.iter().any(|o| matches!(o, Outbound::Correction { .. })), "{out:?}");
     for viewer in 1..=5u64 {
         for s in (1..=5u64).filter(|s| *s != viewer) {
             let e = room.entity_of(s).unwrap();
             let p = decoders[&viewer].get(e).unwrap().pose.position_m();
-            assert!((p[0] - s as f32 * 3.0).abs() <= POSITION_ERROR_M);
-            assert!((p[2] + s as f32).abs() <= POSITION_ERROR_M);
+            assert!((p[0] - (spawn[&s][0] + 0.5)).abs() <= POSITION_ERROR_M);
+            assert!((p[2] - (spawn[&s][2] - 0.25)).abs() <= POSITION_ERROR_M);
         }
     }
+}
+
+#[test]
+fn a_teleport_jump_is_rejected_with_the_authoritative_pose() {
+    let mut room = Room::new("r", RoomConfig::default());
+    room.join(1);
+    let mut out = Vec::new();
+    room.step(20, &mut out);
+    let p = spawns(&out)[&1];
+    room.input(1, mv(1, p[0], p[2], 1.0));
+    room.input(1, mv(2, p[0] + 20.0, p[2], 1.1));
+    out.clear();
+    room.step(40, &mut out);
+    let c = out
+        .iter()
+        .find_map(|o| match o {
+            Outbound::Correction { reason, pose, last_input_seq, .. } => {
+                Some((*reason, *pose, *last_input_seq))
+            }
+            _ => None,
+        })
+        .expect("a correction");
+    assert_eq!(c.0, RejectReason::Teleport);
+    assert!((c.1.position[0] - p[0]).abs() < 0.01, "corrected to where it was");
+    assert_eq!(c.2, 1, "the placement was applied, the jump was not");
 }
 
 #[test]
