@@ -123,6 +123,15 @@ pub async fn run(cfg: LoadConfig) -> anyhow::Result<Report> {
     anyhow::ensure!(cfg.rooms > 0, "--rooms must be at least 1");
     anyhow::ensure!(!cfg.duration.is_zero(), "--duration must be positive");
     anyhow::ensure!(cfg.scenario.total_weight() > 0, "the scenario has no bots");
+    if let Some(limit) = open_files_limit()
+        && limit < cfg.bots as u64 + 64
+    {
+        tracing::warn!(
+            limit,
+            bots = cfg.bots,
+            "the open-files limit is below one socket per bot; raise it (ulimit -n) or bots will fail to connect"
+        );
+    }
     let cpu_start = cpu_seconds();
     let shared = Arc::new(Shared {
         cfg: cfg.clone(),
@@ -369,6 +378,21 @@ pub fn cpu_seconds() -> f64 {
         .unwrap_or(0.0)
 }
 
+/// The soft limit of open files of this process (`/proc/self/limits`), if known.
+pub fn open_files_limit() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/self/limits").ok()?;
+    parse_open_files_limit(&text)
+}
+
+fn parse_open_files_limit(limits: &str) -> Option<u64> {
+    let line = limits.lines().find(|l| l.starts_with("Max open files"))?;
+    line["Max open files".len()..]
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
 /// Peak resident memory of this process in MiB (`VmHWM` of `/proc/self/status`); 0 where
 /// unavailable.
 pub fn peak_rss_mib() -> f64 {
@@ -411,6 +435,12 @@ mod tests {
             Some(20480)
         );
         assert_eq!(parse_vm_hwm_kib("Name:\tx\n"), None);
+        let limits = "Limit  Soft Limit  Hard Limit  Units\nMax open files            1024                 524288               files\n";
+        assert_eq!(parse_open_files_limit(limits), Some(1024));
+        assert_eq!(
+            parse_open_files_limit("Max open files  unlimited unlimited files"),
+            None
+        );
     }
 
     #[test]
