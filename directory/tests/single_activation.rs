@@ -165,7 +165,7 @@ async fn single_activation_under_contention_pause_and_data_loss() {
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
     loop {
         let (late, acts) = {
-            let h = hist.lock();
+            let h = std::mem::take(&mut *hist.lock());
             (h.late_writes.len(), h.activations.len())
         };
         if late >= 3 && acts >= 4 {
@@ -208,7 +208,7 @@ async fn single_activation_under_contention_pause_and_data_loss() {
         t.await.unwrap();
     }
 
-    let h = hist.lock();
+    let h = std::mem::take(&mut *hist.lock());
     assert!(before_loss > 0);
     // The paused nodes' late writes were all refused by the store.
     assert_eq!(h.late_writes.len(), 3);
