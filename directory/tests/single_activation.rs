@@ -165,7 +165,7 @@ async fn single_activation_under_contention_pause_and_data_loss() {
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
     loop {
         let (late, acts) = {
-            let h = std::mem::take(&mut *hist.lock());
+            let h = hist.lock();
             (h.late_writes.len(), h.activations.len())
         };
         if late >= 3 && acts >= 4 {
