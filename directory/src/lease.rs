@@ -107,12 +107,49 @@ impl RoomLease {
         }
     }
 
+    /// Renews, and if the room has **no live placement at all** (the lease lapsed unclaimed,
+    /// or the store lost its data) claims it again under a new, greater epoch. Any other
+    /// failure is returned like [`Self::renew`]. On [`Renewal::Reclaimed`] the holder must
+    /// re-register its presence entries with the new epoch (the old epoch is refused from now
+    /// on); single activation still holds because claims are exclusive.
+    pub async fn renew_or_reclaim(
+        &mut self,
+        dir: &dyn Directory,
+    ) -> Result<Renewal, DirectoryError> {
+        match self.renew(dir).await {
+            Ok(()) => Ok(Renewal::Renewed),
+            Err(DirectoryError::StaleEpoch { current: None, .. }) => {
+                let old = self.epoch();
+                let p = &self.placement;
+                let fresh = Self::claim(dir, &p.room, &p.node, self.ttl, self.margin).await?;
+                *self = fresh;
+                tracing::info!(room = %self.placement.room, %old, new = %self.epoch(),
+                    "room lease reclaimed under a new epoch");
+                Ok(Renewal::Reclaimed { old })
+            }
+            Err(e) => Err(e),
+        }
+    }
+
     /// Gives the lease up (after the room stopped committing).
     pub async fn release(mut self, dir: &dyn Directory) -> Result<(), DirectoryError> {
         self.valid_until = Instant::now();
         let p = &self.placement;
         dir.release(&p.room, &p.node, p.epoch).await
     }
+}
+
+/// The result of [`RoomLease::renew_or_reclaim`].
+#[derive(Clone, Copy, Debug, Eq, PartialEq)]
+pub enum Renewal {
+    /// The lease was extended under the same epoch.
+    Renewed,
+    /// The room had no live placement and was claimed again under a new epoch
+    /// ([`RoomLease::epoch`]); presence must be re-registered with it.
+    Reclaimed {
+        /// The epoch that is now stale.
+        old: Epoch,
+    },
 }
 
 /// A background task calling [`Directory::sweep`] periodically; aborted on drop.
@@ -198,6 +235,31 @@ mod tests {
         assert!(e.is_fenced(), "{e:?}");
         assert!(!lease.may_commit());
         assert!(RoomLease::claim(&d, "r", "a", TTL, TTL).await.is_err());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn reclaims_only_an_unplaced_room() {
+        let clock = Arc::new(ManualClock::new(1_000));
+        let d = MemoryDirectory::with_clock(clock.clone());
+        let mut lease = RoomLease::claim(&d, "r", "a", TTL, MARGIN).await.unwrap();
+        assert_eq!(lease.renew_or_reclaim(&d).await.unwrap(), Renewal::Renewed);
+        // Lapsed and unclaimed: reclaimed under a greater epoch.
+        clock.advance(10_001);
+        let old = lease.epoch();
+        assert_eq!(
+            lease.renew_or_reclaim(&d).await.unwrap(),
+            Renewal::Reclaimed { old }
+        );
+        assert!(lease.epoch() > old);
+        assert!(lease.may_commit());
+        assert!(d.check_epoch("r", old).await.is_err());
+        d.check_epoch("r", lease.epoch()).await.unwrap();
+        // Lapsed and taken by another node: lost, not reclaimed.
+        clock.advance(10_001);
+        d.claim("r", "b", 10_000).await.unwrap();
+        let e = lease.renew_or_reclaim(&d).await.unwrap_err();
+        assert!(e.is_fenced(), "{e:?}");
+        assert!(!lease.may_commit());
     }
 
     #[tokio::test]

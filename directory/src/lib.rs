@@ -47,7 +47,7 @@ use std::sync::Arc;
 
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use error::DirectoryError;
-pub use lease::{RoomLease, Sweeper};
+pub use lease::{Renewal, RoomLease, Sweeper};
 pub use memory::MemoryDirectory;
 pub use policy::rendezvous_pick;
 pub use redis_dir::{RedisDirectory, RedisOptions};

@@ -10,7 +10,8 @@ use std::time::{Duration, Instant};
 
 use plaza_directory::test_util::RedisServer;
 use plaza_directory::{
-    Directory, DirectoryError, RedisDirectory, RedisOptions, SharedDirectory, Sources,
+    Directory, DirectoryError, RedisDirectory, RedisOptions, Renewal, RoomLease, SharedDirectory,
+    Sources,
 };
 
 struct RedisEnv {
@@ -210,4 +211,44 @@ async fn unreachable_redis_is_retryable_then_recovers() {
         matches!(r, Err(DirectoryError::StaleEpoch { current: None, .. })),
         "{r:?}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn room_lease_reclaims_after_data_loss_and_rebuilds_presence() {
+    let mut env = make().await;
+    let ttl = Duration::from_secs(10);
+    let margin = Duration::from_secs(2);
+    let mut lease = RoomLease::claim(&*env.dir, "r", "a", ttl, margin)
+        .await
+        .unwrap();
+    let e = suite::entry("w", "r", 1, "a", Sources::ROOM);
+    env.dir
+        .presence_register(e.clone(), lease.epoch(), 60_000)
+        .await
+        .unwrap();
+    env.lose_all_data().await;
+    let old = lease.epoch();
+    let r = until_available(|| async {
+        // Each attempt works on a copy so a transient failure leaves the lease untouched.
+        let mut l = lease.clone();
+        l.renew_or_reclaim(&*env.dir).await.map(|r| (r, l))
+    })
+    .await
+    .unwrap();
+    assert_eq!(r.0, Renewal::Reclaimed { old });
+    lease = r.1;
+    assert!(lease.epoch() > old);
+    // Presence is rebuilt under the new epoch; the old one is refused.
+    assert!(env.dir.presence_get("w").await.unwrap().is_none());
+    assert!(
+        env.dir
+            .presence_register(e.clone(), old, 60_000)
+            .await
+            .is_err()
+    );
+    env.dir
+        .presence_register(e, lease.epoch(), 60_000)
+        .await
+        .unwrap();
+    assert_eq!(env.dir.peers(None).await.unwrap().len(), 1);
 }
