@@ -181,13 +181,14 @@ impl BotMix {
 #[derive(Clone, Copy, Debug, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct RoomBounds {
-    /// Bots stay within `[-half_extent_m, half_extent_m]` on x and z (default 60).
+    /// Bots stay within `[-half_extent_m, half_extent_m]` on x and z (default 30: inside the
+    /// walls of the default plaza room, `physics/rooms/plaza.toml`, 64 m x 64 m).
     #[serde(default = "default_half_extent")]
     pub half_extent_m: f32,
 }
 
 fn default_half_extent() -> f32 {
-    60.0
+    30.0
 }
 
 impl Default for RoomBounds {
