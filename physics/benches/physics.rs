@@ -64,6 +64,24 @@ fn benches(c: &mut Criterion) {
         })
     });
 
+    // Worst common case: a move into a wall (the controller's slide path), avatar 0 pushing
+    // into the plaza's east wall while sliding along it.
+    let (mut room, _) = crowded_plaza();
+    room.teleport(0, [31.6, 0.0, 0.0]);
+    let mut now = 0u64;
+    let mut k = 0u64;
+    room.validate_and_move(0, claim([31.6, 0.0, 0.0], true), now)
+        .expect("placement");
+    g.bench_function("validate_and_move_into_wall", |b| {
+        b.iter(|| {
+            now += 100;
+            k += 1;
+            let z = if k % 2 == 0 { 0.0 } else { 0.3 };
+            let out = room.validate_and_move(0, claim([32.0, 0.0, z], false), now);
+            black_box(out.ok());
+        })
+    });
+
     // One fixed step with every avatar standing still.
     let (mut room, _) = crowded_plaza();
     room.step();

@@ -538,8 +538,9 @@ impl RoomPhysics {
         let queries = self.statics.query_pipeline();
         let pose = Pose::from_translation(current + self.center_offset());
         let len = desired.length();
-        // Fast path: one sweep with twice the controller's offset; if nothing is near the path,
-        // the controller would apply the whole translation in its first iteration anyway.
+        // Fast path: one sweep; if nothing is within the controller's offset of the path, the
+        // controller would apply the whole translation in its first iteration anyway. (Keep
+        // the target below SKIN_M, or every avatar standing on a floor takes the slow path.)
         let free = len > 1.0e-5
             && queries
                 .cast_shape(
@@ -547,7 +548,7 @@ impl RoomPhysics {
                     desired / len,
                     &self.capsule,
                     ShapeCastOptions {
-                        target_distance: 2.0 * CONTROLLER_OFFSET_M,
+                        target_distance: CONTROLLER_OFFSET_M,
                         stop_at_penetration: true,
                         max_time_of_impact: len,
                         compute_impact_geometry_on_penetration: false,
