@@ -14,8 +14,11 @@
 //! starts a strictly higher era than any epoch issued before (as long as the Redis host clock
 //! does not run backwards past the old era, and in any case above everything the claiming
 //! process has seen), and every write of an old epoch is refused (the old placement is gone).
-//! Per room, `{prefix}last:{room}` keeps the last issued epoch so counters never repeat within
-//! an era.
+//! If the store's era is *below* an era this client has already seen (Redis restored from an
+//! older backup), the claim starts a new era the same way. Per room, `{prefix}last:{room}` keeps
+//! the last issued epoch so counters never repeat within an era. (Fencing itself compares the
+//! presented epoch for equality with the live placement, so it holds even without
+//! monotonicity; monotonicity is what lets observers order activations.)
 //!
 //! # Deployment requirements
 //! - Standalone Redis (or a primary with replicas for reads only); not Redis Cluster: the
@@ -80,6 +83,8 @@ pub struct RedisDirectory {
     prefix: String,
     /// Max of the boot era and every era seen from the store.
     min_era: AtomicU64,
+    /// Max era seen from the store (0 if none yet).
+    seen_era: AtomicU64,
     s: Scripts,
 }
 
@@ -161,6 +166,7 @@ impl RedisDirectory {
             con,
             prefix: opts.prefix,
             min_era: AtomicU64::new(boot_era),
+            seen_era: AtomicU64::new(0),
             s: Scripts::new(),
         }
     }
@@ -231,6 +237,7 @@ impl RedisDirectory {
 
     fn seen(&self, epoch: Epoch) {
         self.min_era.fetch_max(epoch.era, Ordering::Relaxed);
+        self.seen_era.fetch_max(epoch.era, Ordering::Relaxed);
     }
 
     fn placement(&self, room: &str, r: &[Value]) -> Result<Placement, DirectoryError> {
@@ -429,6 +436,7 @@ impl Directory for RedisDirectory {
         validate::id("node id", node)?;
         validate::ttl(ttl_ms)?;
         let min_era = self.min_era.load(Ordering::Relaxed);
+        let seen_era = self.seen_era.load(Ordering::Relaxed);
         let r = self
             .run(
                 &self.s.claim,
@@ -437,6 +445,7 @@ impl Directory for RedisDirectory {
                     node.as_bytes(),
                     &num(ttl_ms),
                     &num(min_era),
+                    &num(seen_era),
                 ],
             )
             .await?;
@@ -934,6 +943,7 @@ return {'ok', node, e, c, u}
 const CLAIM: &str = r#"
 local now = now_ms()
 local room, node, ttl, min_era = ARGV[2], ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5])
+local seen_era = tonumber(ARGV[6])
 local pk = P .. 'place:' .. room
 local owner, e, c, u = live_placement(room, now)
 if owner then
@@ -944,7 +954,7 @@ if owner then
   return {'ok', node, e, c, u}
 end
 local era = redis.call('GET', P .. 'era')
-if era then
+if era and tonumber(era) >= seen_era then
   era = tonumber(era)
 else
   era = math.max(now, min_era + 1)

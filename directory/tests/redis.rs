@@ -252,3 +252,32 @@ async fn room_lease_reclaims_after_data_loss_and_rebuilds_presence() {
         .unwrap();
     assert_eq!(env.dir.peers(None).await.unwrap().len(), 1);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn restore_from_older_backup_keeps_epochs_monotonic() {
+    let env = make().await;
+    let p1 = env.dir.claim("r", "a", 60_000).await.unwrap();
+    // Simulate Redis restored from an older snapshot: an older era, no placement, no history.
+    let client = redis::Client::open(env.url.as_str()).unwrap();
+    let mut con = client.get_multiplexed_async_connection().await.unwrap();
+    let pre = &env.prefix;
+    let _: () = redis::cmd("SET")
+        .arg(format!("{pre}era"))
+        .arg(p1.epoch.era - 1_000)
+        .query_async(&mut con)
+        .await
+        .unwrap();
+    let _: u64 = redis::cmd("DEL")
+        .arg(format!("{pre}last:r"))
+        .arg(format!("{pre}place:r"))
+        .query_async(&mut con)
+        .await
+        .unwrap();
+    // The client that saw the newer era moves the store forward.
+    let p2 = env.dir.claim("r", "a", 60_000).await.unwrap();
+    assert!(p2.epoch > p1.epoch, "{:?} vs {:?}", p2.epoch, p1.epoch);
+    // A client that saw nothing now continues in that newer era.
+    let other = env.connect(0).await;
+    let q = other.claim("r2", "b", 60_000).await.unwrap();
+    assert_eq!(q.epoch.era, p2.epoch.era);
+}
