@@ -12,6 +12,15 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 /// A `redis-server` child process; killed and its directory removed on drop.
+///
+/// ```no_run
+/// # fn main() -> Result<(), String> {
+/// let mut redis = plaza_directory::test_util::RedisServer::start()?;
+/// let url = redis.url(); // hand to RedisDirectory::connect
+/// redis.restart_empty()?; // Redis restart that lost all data
+/// redis.kill(); // outage; `start_again()` to come back
+/// # Ok(()) }
+/// ```
 #[derive(Debug)]
 pub struct RedisServer {
     port: u16,
@@ -22,9 +31,21 @@ pub struct RedisServer {
 static SEQ: AtomicU64 = AtomicU64::new(0);
 
 impl RedisServer {
-    /// Starts a server on a free port and waits (bounded) until it answers `PING`.
+    /// Starts a server on a free port and waits (bounded) until it answers `PING`. Retries
+    /// with another port if the chosen one was taken in the meantime.
     pub fn start() -> Result<Self, String> {
-        let port = free_port()?;
+        let mut last = String::new();
+        for _ in 0..3 {
+            match Self::start_on(free_port()?) {
+                Ok(s) => return Ok(s),
+                Err(e) if e.contains("not found on PATH") => return Err(e),
+                Err(e) => last = e,
+            }
+        }
+        Err(last)
+    }
+
+    fn start_on(port: u16) -> Result<Self, String> {
         let dir = std::env::temp_dir().join(format!(
             "plaza-redis-{}-{}-{}",
             std::process::id(),
@@ -71,6 +92,23 @@ impl RedisServer {
             return Ok(());
         }
         self.spawn()
+    }
+
+    /// Stops the server gracefully (`SHUTDOWN NOSAVE`), killing it if it does not exit within
+    /// 5 s. Idempotent; [`Self::start_again`] brings it back (empty).
+    pub fn stop(&mut self) {
+        let Some(mut c) = self.child.take() else {
+            return;
+        };
+        if let Ok(mut s) = TcpStream::connect(("127.0.0.1", self.port)) {
+            let _ = s.write_all(b"SHUTDOWN NOSAVE\r\n");
+        }
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while matches!(c.try_wait(), Ok(None)) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let _ = c.kill();
+        let _ = c.wait();
     }
 
     /// Kills the server (SIGKILL) and reaps it. Idempotent.

@@ -281,3 +281,19 @@ async fn restore_from_older_backup_keeps_epochs_monotonic() {
     let q = other.claim("r2", "b", 60_000).await.unwrap();
     assert_eq!(q.epoch.era, p2.epoch.era);
 }
+
+#[test]
+fn harness_stop_and_start_again() {
+    // The harness itself is under test here, so this ignores REDIS_URL.
+    let mut s = RedisServer::start().unwrap_or_else(|e| panic!("{e}"));
+    assert!(s.is_running());
+    let port = s.port();
+    assert!(s.url().contains(&port.to_string()));
+    s.stop();
+    assert!(!s.is_running());
+    assert!(std::net::TcpStream::connect(("127.0.0.1", port)).is_err());
+    s.start_again().unwrap();
+    assert!(s.is_running());
+    s.kill();
+    assert!(!s.is_running());
+}
