@@ -403,10 +403,9 @@ impl RoomPhysics {
 
     /// Removes an avatar; any prop it held is dropped where it is.
     pub fn remove_avatar(&mut self, entity: u32) {
-        let Some(a) = self.avatars.remove(&entity) else {
+        if !self.avatars.contains_key(&entity) {
             return;
-        };
-        self.world.remove_body(a.body);
+        }
         let held: Vec<u32> = self
             .props
             .iter()
@@ -415,6 +414,9 @@ impl RoomPhysics {
             .collect();
         for id in held {
             self.set_prop_held(id, None);
+        }
+        if let Some(a) = self.avatars.remove(&entity) {
+            self.world.remove_body(a.body);
         }
     }
 
@@ -671,7 +673,8 @@ impl RoomPhysics {
     }
 
     /// Marks a prop held by `holder` (it becomes kinematic and follows the holder each step) or
-    /// released (`None`: it becomes dynamic again, at rest, and falls). Ownership rules are the
+    /// released (`None`: it becomes dynamic again, at rest, and falls; if it is inside static
+    /// geometry it is first moved to its former holder's capsule centre). Ownership rules are the
     /// caller's; an unknown prop or holder is ignored.
     pub fn set_prop_held(&mut self, prop: u32, holder: Option<u32>) {
         let offset = v(self.cfg.hold_offset);
@@ -679,6 +682,26 @@ impl RoomPhysics {
         if holder.is_some() && holder_pos.is_none() {
             return;
         }
+        let Some(p) = self.props.get(&prop) else {
+            return;
+        };
+        // Where a released prop goes: where it is, unless that is inside static geometry (the
+        // hold offset can reach into a wall the holder stands against); then at the previous
+        // holder's capsule centre (clear of geometry by construction), else at its home.
+        let drop_at = match (holder_pos, p.holder) {
+            (None, Some(previous)) => self.world.bodies.get(p.body).and_then(|b| {
+                let at = b.translation();
+                if !self.hits_statics(Pose::from_translation(at), p.probe.as_ref()) {
+                    return None;
+                }
+                Some(
+                    self.avatars
+                        .get(&previous)
+                        .map_or(p.home, |a| a.position + self.center_offset()),
+                )
+            }),
+            _ => None,
+        };
         let Some(p) = self.props.get_mut(&prop) else {
             return;
         };
@@ -691,7 +714,12 @@ impl RoomPhysics {
                 b.set_body_type(RigidBodyType::KinematicPositionBased, true);
                 b.set_translation(pos + offset, true);
             }
-            None => b.set_body_type(RigidBodyType::Dynamic, true),
+            None => {
+                b.set_body_type(RigidBodyType::Dynamic, true);
+                if let Some(at) = drop_at {
+                    b.set_translation(at, true);
+                }
+            }
         }
         b.set_linvel(Vector::ZERO, true);
         b.set_angvel(Vector::ZERO, true);

@@ -751,3 +751,55 @@ fn standing_on_a_ledge_rim_counts_as_grounded() {
         f32::INFINITY
     );
 }
+
+#[test]
+fn a_prop_released_against_a_wall_does_not_end_inside_it() {
+    // The holder faces the wall at z... the hold offset (+0.5 z) reaches into a wall at z = 2.
+    let mut def = walled_room();
+    def.statics.push(plaza_physics::StaticShape::Box {
+        name: "z-wall".into(),
+        center: [0.0, 2.0, 2.25],
+        half_extents: [3.0, 2.0, 0.25],
+        rotation_deg: [0.0; 3],
+    });
+    let mut room = RoomPhysics::new(&def, PhysicsConfig::default());
+    let at = room.add_avatar(1, [0.0, 0.0, 1.7]);
+    assert_eq!(at, [0.0, 0.0, 1.7]);
+    room.set_prop_held(7, Some(1));
+    room.step();
+    let held = room.prop_position(7).unwrap();
+    assert!(
+        held[2] > 2.0,
+        "the test needs the held prop inside the wall: {held:?}"
+    );
+    room.set_prop_held(7, None);
+    settle(&mut room, 200);
+    let p = room.prop_position(7).unwrap();
+    assert!(p[2] < 2.0 - 0.24, "prop ended in or beyond the wall: {p:?}");
+    assert!((p[1] - 0.25).abs() < 0.05, "{p:?}");
+}
+
+#[test]
+fn a_walking_avatar_pushes_props_out_of_its_way() {
+    let (mut room, mut now) = room_with_avatar([-3.0, 0.0, 1.0]);
+    // Ball 8 rests at (-3, 0.2, 3); walk over its spot along z, to z = 3.4.
+    settle(&mut room, 20);
+    for i in 1..=16 {
+        now += 100;
+        room.validate_and_move(1, claim([-3.0, 0.0, 1.0 + 0.15 * i as f32], 0.1), now)
+            .unwrap();
+        for _ in 0..5 {
+            room.step();
+        }
+    }
+    // The contact solver resolves the overlap over a few steps, not instantly.
+    settle(&mut room, 10);
+    let a = room.avatar_position(1).unwrap();
+    let b = room.prop_position(8).unwrap();
+    let horizontal = ((a[0] - b[0]).powi(2) + (a[2] - b[2]).powi(2)).sqrt();
+    assert!(
+        horizontal > 0.25 + 0.2 - 0.03,
+        "ball inside the avatar: {a:?} {b:?}"
+    );
+    assert!(b[2] > 3.4, "ball was not pushed ahead: {b:?}");
+}
