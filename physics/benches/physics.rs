@@ -76,7 +76,7 @@ fn benches(c: &mut Criterion) {
         b.iter(|| {
             now += 100;
             k += 1;
-            let z = if k % 2 == 0 { 0.0 } else { 0.3 };
+            let z = if k.is_multiple_of(2) { 0.0 } else { 0.3 };
             let out = room.validate_and_move(0, claim([32.0, 0.0, z], false), now);
             black_box(out.ok());
         })
