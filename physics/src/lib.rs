@@ -13,6 +13,40 @@
 //!   controller against static geometry; dynamic props that can be held, placed and thrown;
 //!   a deterministic [`RoomPhysics::state_hash`].
 //!
+//! # Conventions
+//! - Metres, seconds, y up. An avatar position is its **feet** (the bottom of its capsule):
+//!   an avatar standing on a floor whose top is `y = 0` is at `y = 0`. Internally the capsule
+//!   floats 2 cm above that point so it slides over floors without touching them.
+//! - A prop position is its centre.
+//! - Avatars do not collide with each other. Their kinematic capsules do push dynamic props.
+//!
+//! # Movement validation ([`RoomPhysics::validate_and_move`])
+//! Checks, in order, each with its [`RejectReason`] (`code()` is the metrics label):
+//! 1. unknown avatar → `unknown_entity`;
+//! 2. NaN/∞ anywhere in the claim → `non_finite`;
+//! 3. `dt_s ≤ 0` → `non_positive_dt`;
+//! 4. client clock: the claimed `dt_s` are summed against the server's elapsed `now_ms`
+//!    (a leaky bucket: idle lag is credited only up to `max_clock_lag_ms`); a lead over
+//!    `max_clock_lead_ms` sets `MoveOutcome::clock_flagged`, over `clock_reject_lead_ms`
+//!    rejects → `clock`;
+//! 5. outside the room bounds → `out_of_bounds`;
+//! 6. the first move after `add_avatar`/`teleport`, or an `is_instant` claim, within
+//!    `tolerance_m` of the authoritative position is an instant placement (steps 7–9 skipped);
+//!    an `is_instant` claim farther away → `teleport`;
+//! 7. claimed velocity over the kind's limit + `velocity_tolerance_mps` → `speed`;
+//! 8. displacement over `limit × min(dt, max_move_dt_s) + tolerance_m` → `speed`, or
+//!    `teleport` if farther than any single move may go (`limit × max_move_dt_s + tolerance_m`,
+//!    12.25 m by default; e.g. a 50 m jump);
+//! 9. feet more than `max_height_above_ground_m` (3 m) above the geometry below and not falling
+//!    at `min_fall_speed_mps` → `airborne` (fly hack; `None` disables);
+//! 10. geometry: the capsule is swept with rapier's kinematic character controller against the
+//!     static geometry (slides along walls, climbs ramps and ≤ 0.3 m steps, never passes
+//!     through). If it stops short of the claim by more than `blocked_epsilon_m` the outcome is
+//!     `blocked` (send a correction); by more than `blocked_reject_m` it is rejected →
+//!     `blocked`, with the avatar moved up to the obstacle.
+//!
+//! Every rejection carries the authoritative position (the correction to send).
+//!
 //! # What it does not do
 //! No async, no actors, no wall clock and no I/O (except the explicit
 //! [`RoomDefinition::from_path`] loader): time comes in as arguments, and the world advances
