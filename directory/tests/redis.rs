@@ -297,3 +297,26 @@ fn harness_stop_and_start_again() {
     s.kill();
     assert!(!s.is_running());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn epoch_monotonic_across_flushall() {
+    let env = make().await;
+    let p1 = env.dir.claim("r", "a", 60_000).await.unwrap();
+    if env.server.is_some() {
+        // Our own server: a real FLUSHALL.
+        let client = redis::Client::open(env.url.as_str()).unwrap();
+        let mut con = client.get_multiplexed_async_connection().await.unwrap();
+        let _: () = redis::cmd("FLUSHALL").query_async(&mut con).await.unwrap();
+    } else {
+        // A shared REDIS_URL server: flush only this test's keys.
+        env.dir.delete_all_keys().await.unwrap();
+    }
+    let other = env.connect(0).await;
+    let p2 = other.claim("r", "b", 60_000).await.unwrap();
+    assert!(p2.epoch > p1.epoch, "{:?} vs {:?}", p2.epoch, p1.epoch);
+    let r = env.dir.audit_append("r", p1.epoch, "k", "{}", 0).await;
+    assert!(
+        matches!(r, Err(DirectoryError::StaleEpoch { current: Some(c), .. }) if c == p2.epoch),
+        "{r:?}"
+    );
+}
