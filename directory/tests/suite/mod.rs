@@ -692,6 +692,40 @@ pub async fn rejects_invalid_input(env: &dyn Env) {
     assert!(d.audit_read("r", 1, 10).await.unwrap().is_empty());
 }
 
+pub async fn odd_ids_are_opaque(env: &dyn Env) {
+    // Ids with separators, glob characters and non-ASCII text never collide or break keys.
+    let d = env.dir();
+    let rooms = ["a:b", "a", "p:x", "*", "späce room ✓"];
+    let mut epochs = Vec::new();
+    for (i, r) in rooms.iter().enumerate() {
+        let p = d.claim(r, "node:1", LONG).await.unwrap();
+        let w = format!("{r}:wallet");
+        d.presence_register(
+            entry(&w, r, i as u32, "node:1", Sources::ROOM),
+            p.epoch,
+            LONG,
+        )
+        .await
+        .unwrap();
+        assert_eq!(d.audit_append(r, p.epoch, "k", r, 0).await.unwrap(), 1);
+        epochs.push(p.epoch);
+    }
+    for (i, r) in rooms.iter().enumerate() {
+        let w = format!("{r}:wallet");
+        assert_eq!(d.resolve(r).await.unwrap().unwrap().epoch, epochs[i]);
+        assert_eq!(
+            d.presence_by_entity(r, i as u32)
+                .await
+                .unwrap()
+                .unwrap()
+                .wallet,
+            w
+        );
+        assert_eq!(d.audit_read(r, 1, 10).await.unwrap()[0].detail, *r);
+    }
+    assert_eq!(d.peers(None).await.unwrap().len(), rooms.len());
+}
+
 /// Runs one named case (so each backend's test file lists every case as its own `#[test]`).
 #[macro_export]
 macro_rules! suite_tests {
@@ -729,6 +763,7 @@ macro_rules! all_suite_tests {
             audit_concurrent_appends,
             handoff_roundtrip,
             rejects_invalid_input,
+            odd_ids_are_opaque,
         );
     };
 }
