@@ -183,8 +183,8 @@ pub enum DefinitionError {
     /// Two props share an id.
     #[error("duplicate prop id {0}")]
     DuplicateProp(u32),
-    /// A prop starts outside the bounds.
-    #[error("prop {0} starts outside the room bounds")]
+    /// A prop starts outside the bounds (or, when added at run time, inside static geometry).
+    #[error("prop {0} starts outside the room bounds or inside geometry")]
     PropOutOfBounds(u32),
     /// Too many statics or props.
     #[error("too many {what} (at most {max})")]

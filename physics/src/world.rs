@@ -19,7 +19,9 @@ use rapier3d::prelude::{
 };
 
 use crate::config::PhysicsConfig;
-use crate::definition::{PropShape, RoomDefinition, StaticShape, check_prop, check_static};
+use crate::definition::{
+    DefinitionError, PropDef, PropShape, RoomDefinition, StaticShape, check_prop, check_static,
+};
 use crate::movement::{
     ClockTracker, ClockVerdict, MoveClaim, MoveOutcome, MoveRejection, RejectReason,
     check_displacement, claim_is_finite, distance, length,
@@ -153,6 +155,31 @@ fn static_collider(s: &StaticShape) -> ColliderBuilder {
     }
 }
 
+/// Adds a prop's dynamic body to `world`.
+fn insert_prop(world: &mut PhysicsWorld, p: &PropDef) -> Prop {
+    let home = v(p.position);
+    let body = world.insert_body(
+        RigidBodyBuilder::dynamic()
+            .translation(home)
+            .linear_damping(0.1)
+            .angular_damping(1.0)
+            .ccd_enabled(true),
+    );
+    world.insert_collider(
+        ColliderBuilder::new(prop_shape(&p.shape, 0.0))
+            .density(p.density)
+            .friction(0.7)
+            .restitution(0.2),
+        Some(body),
+    );
+    Prop {
+        body,
+        probe: prop_shape(&p.shape, PLACE_SLACK_M),
+        home,
+        holder: None,
+    }
+}
+
 /// The shape of a prop, shrunk by `shrink` metres on each side (never below 1 mm).
 fn prop_shape(s: &PropShape, shrink: f32) -> SharedShape {
     let f = |x: f32| (x - shrink).max(0.001);
@@ -194,35 +221,10 @@ impl RoomPhysics {
 
         let mut props = BTreeMap::new();
         for p in def.props.iter().filter(|p| check_prop(p).is_ok()) {
-            if props.contains_key(&p.id) {
-                continue;
-            }
-            let shape = prop_shape(&p.shape, 0.0);
-            let probe = prop_shape(&p.shape, PLACE_SLACK_M);
-            let home = v(p.position);
-            let body = world.insert_body(
-                RigidBodyBuilder::dynamic()
-                    .translation(home)
-                    .linear_damping(0.1)
-                    .angular_damping(1.0)
-                    .ccd_enabled(true),
-            );
-            world.insert_collider(
-                ColliderBuilder::new(shape)
-                    .density(p.density)
-                    .friction(0.7)
-                    .restitution(0.2),
-                Some(body),
-            );
-            props.insert(
-                p.id,
-                Prop {
-                    body,
-                    probe,
-                    home,
-                    holder: None,
-                },
-            );
+            // First definition of an id wins (a validated definition has no duplicates).
+            props
+                .entry(p.id)
+                .or_insert_with(|| insert_prop(&mut world, p));
         }
 
         let controller = KinematicCharacterController {
@@ -267,6 +269,52 @@ impl RoomPhysics {
     /// Number of fixed steps taken so far.
     pub fn steps(&self) -> u64 {
         self.steps
+    }
+
+    /// The room's bounds (`min`, `max`).
+    pub fn bounds(&self) -> ([f32; 3], [f32; 3]) {
+        (arr(self.bounds_min), arr(self.bounds_max))
+    }
+
+    /// The room's spawn point (feet position).
+    pub fn spawn(&self) -> [f32; 3] {
+        arr(self.spawn)
+    }
+
+    /// Adds a prop at run time (scene content). Refused if its numbers are invalid, it starts
+    /// outside the room or inside static geometry, or its id is taken.
+    pub fn add_prop(&mut self, def: &PropDef) -> Result<(), DefinitionError> {
+        check_prop(def)?;
+        if self.props.contains_key(&def.id) {
+            return Err(DefinitionError::DuplicateProp(def.id));
+        }
+        if !self.in_bounds(def.position)
+            || self.hits_statics(
+                Pose::from_translation(v(def.position)),
+                prop_shape(&def.shape, PLACE_SLACK_M).as_ref(),
+            )
+        {
+            return Err(DefinitionError::PropOutOfBounds(def.id));
+        }
+        let prop = insert_prop(&mut self.world, def);
+        self.props.insert(def.id, prop);
+        Ok(())
+    }
+
+    /// Removes a prop; returns whether it existed.
+    pub fn remove_prop(&mut self, prop: u32) -> bool {
+        match self.props.remove(&prop) {
+            Some(p) => {
+                self.world.remove_body(p.body);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Number of props in the world.
+    pub fn prop_count(&self) -> usize {
+        self.props.len()
     }
 
     /// Number of avatars in the world.

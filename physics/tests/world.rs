@@ -803,3 +803,41 @@ fn a_walking_avatar_pushes_props_out_of_its_way() {
     );
     assert!(b[2] > 3.4, "ball was not pushed ahead: {b:?}");
 }
+
+#[test]
+fn props_can_be_added_and_removed_at_run_time() {
+    let mut room = RoomPhysics::new(&walled_room(), PhysicsConfig::default());
+    assert_eq!(room.prop_count(), 2);
+    let def = plaza_physics::PropDef {
+        id: 20,
+        name: "cup".into(),
+        position: [1.0, 2.0, 1.0],
+        shape: plaza_physics::PropShape::Ball { radius: 0.1 },
+        density: 1.0,
+    };
+    room.add_prop(&def).unwrap();
+    assert!(matches!(
+        room.add_prop(&def),
+        Err(plaza_physics::DefinitionError::DuplicateProp(20))
+    ));
+    let inside_wall = plaza_physics::PropDef {
+        id: 21,
+        position: [5.25, 1.0, 0.0],
+        ..def.clone()
+    };
+    assert!(room.add_prop(&inside_wall).is_err());
+    let outside = plaza_physics::PropDef {
+        id: 22,
+        position: [0.0, 1.0, 40.0],
+        ..def.clone()
+    };
+    assert!(room.add_prop(&outside).is_err());
+    settle(&mut room, 150);
+    assert!((room.prop_position(20).unwrap()[1] - 0.1).abs() < 0.05);
+    assert!(room.remove_prop(20));
+    assert!(!room.remove_prop(20));
+    assert_eq!(room.prop_position(20), None);
+    assert_eq!(room.prop_count(), 2);
+    assert_eq!(room.spawn(), [0.0, 0.0, 0.0]);
+    assert_eq!(room.bounds(), ([-10.0, -1.0, -10.0], [10.0, 20.0, 10.0]));
+}
