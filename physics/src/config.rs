@@ -30,11 +30,18 @@ pub struct PhysicsConfig {
     /// flagged `clock_flagged` (default 500).
     pub max_clock_lead_ms: u64,
     /// Hard bound (ms) on the clock lead: beyond it moves are rejected with
-    /// [`crate::RejectReason::Clock`] (default 2000).
+    /// [`crate::RejectReason::Clock`] (default 2000). A burst of moves delivered together after
+    /// a network stall also builds a lead (up to the stall minus `max_clock_lag_ms`), so stalls
+    /// longer than about `clock_reject_lead_ms + max_clock_lag_ms` (2.5 s) get the tail of their
+    /// burst corrected; a 2x speed hack is flagged after ~1 s and refused after ~4 s.
     pub clock_reject_lead_ms: u64,
     /// How far (ms) a client's clock may lag (idle credit) before the lag stops counting; this
     /// bounds the time a client can "bank" and spend later at double speed (default 500).
     pub max_clock_lag_ms: u64,
+    /// Fraction of server time by which a positive clock lead decays (default 0.05): a client's
+    /// clock may run up to 5 % fast without ever being flagged, and the lead built by a burst
+    /// after a network stall drains again (1 s of lead in 20 s).
+    pub clock_drift_allowance: f32,
     /// A resolved position farther than this (metres) from the claim is reported `blocked`
     /// (default 0.02).
     pub blocked_epsilon_m: f32,
@@ -77,6 +84,7 @@ impl Default for PhysicsConfig {
             max_clock_lead_ms: 500,
             clock_reject_lead_ms: 2000,
             max_clock_lag_ms: 500,
+            clock_drift_allowance: 0.05,
             blocked_epsilon_m: 0.02,
             blocked_reject_m: 1.0,
             max_height_above_ground_m: Some(3.0),
@@ -117,6 +125,11 @@ impl PhysicsConfig {
         fix(&mut self.tolerance_m, d.tolerance_m);
         fix(&mut self.velocity_tolerance_mps, d.velocity_tolerance_mps);
         fix(&mut self.max_move_dt_s, d.max_move_dt_s);
+        if !self.clock_drift_allowance.is_finite()
+            || !(0.0..=1.0).contains(&self.clock_drift_allowance)
+        {
+            self.clock_drift_allowance = d.clock_drift_allowance;
+        }
         fix(&mut self.blocked_epsilon_m, d.blocked_epsilon_m);
         fix(&mut self.blocked_reject_m, d.blocked_reject_m);
         fix(&mut self.min_fall_speed_mps, d.min_fall_speed_mps);

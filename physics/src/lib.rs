@@ -26,7 +26,8 @@
 //! 2. NaN/∞ anywhere in the claim → `non_finite`;
 //! 3. `dt_s ≤ 0` → `non_positive_dt`;
 //! 4. client clock: the claimed `dt_s` are summed against the server's elapsed `now_ms`
-//!    (a leaky bucket: idle lag is credited only up to `max_clock_lag_ms`); a lead over
+//!    (idle lag is credited only up to `max_clock_lag_ms`, and a positive lead decays by
+//!    `clock_drift_allowance`, 5 % of server time); a lead over
 //!    `max_clock_lead_ms` sets `MoveOutcome::clock_flagged`, over `clock_reject_lead_ms`
 //!    rejects → `clock`;
 //! 5. outside the room bounds → `out_of_bounds`;

@@ -146,7 +146,17 @@ impl ClockTracker {
         // dt_s is finite and positive here (checked before); cap it to keep the sum bounded.
         let claimed_ms = (f64::from(dt_s) * 1000.0).round().min(1.0e12) as i64;
         let floor = -i64::try_from(cfg.max_clock_lag_ms).unwrap_or(i64::MAX);
-        let drained = self.lead_ms.saturating_sub(server_delta);
+        // A positive lead decays by the drift allowance (never below zero by that decay).
+        let decay = if self.lead_ms > 0 {
+            let d = (server_delta as f64 * f64::from(cfg.clock_drift_allowance)) as i64;
+            d.min(self.lead_ms)
+        } else {
+            0
+        };
+        let drained = self
+            .lead_ms
+            .saturating_sub(server_delta)
+            .saturating_sub(decay);
         let lead = drained.saturating_add(claimed_ms).max(floor);
         if lead > i64::try_from(cfg.clock_reject_lead_ms).unwrap_or(i64::MAX) {
             // The refused move's time is not counted; the server's elapsed time still is.
@@ -250,11 +260,13 @@ mod tests {
         let mut c = ClockTracker::default();
         let mut now = 1_000_000;
         for i in 0..1000 {
-            // Jitter: arrivals bunch up and spread out, claimed dt is the true 100 ms.
+            // Jitter: arrivals bunch up and spread out, claimed dt is the true 100 ms
+            // (a client clock 3 % fast is within the drift allowance).
             let jitter = [0, 40, 0, 80, 10][i % 5];
-            now += 100;
+            now += 97;
             assert_eq!(c.observe(0.1, now + jitter, &cfg), ClockVerdict::Ok);
         }
+        assert!(c.lead_ms() < 200, "{}", c.lead_ms());
         // Idle for a minute, then resume: no flag, and no banked credit beyond the lag cap.
         now += 60_000;
         assert_eq!(c.observe(60.0, now, &cfg), ClockVerdict::Ok);
@@ -273,12 +285,40 @@ mod tests {
             now += 50;
             verdicts.push(c.observe(0.1, now, &cfg));
         }
+        // 2x: the lead grows by ~45 % of server time (50 % minus the 5 % drift allowance).
         let first_flag = verdicts.iter().position(|v| *v == ClockVerdict::Flagged);
         let first_reject = verdicts.iter().position(|v| *v == ClockVerdict::Reject);
         assert!(first_flag.is_some() && first_reject.is_some());
         assert!(first_flag < first_reject);
         // Once at the hard bound, the lead stops growing.
         assert!(c.lead_ms() <= 2000);
+    }
+
+    #[test]
+    fn a_burst_after_a_short_stall_is_not_refused() {
+        let cfg = PhysicsConfig::default();
+        let mut c = ClockTracker::default();
+        let mut now = 0;
+        for _ in 0..20 {
+            now += 100;
+            assert_eq!(c.observe(0.1, now, &cfg), ClockVerdict::Ok);
+        }
+        // TCP stall of 2 s: 20 moves (sent every 100 ms) arrive at once.
+        now += 2000;
+        let verdicts: Vec<_> = (0..20).map(|_| c.observe(0.1, now, &cfg)).collect();
+        assert!(!verdicts.contains(&ClockVerdict::Reject), "{verdicts:?}");
+        let after_burst = c.lead_ms();
+        assert!(after_burst > 1000, "{after_burst}");
+        // Back to normal, the lead drains (5 % of server time): below the flag within 30 s.
+        let mut flagged = 0;
+        for _ in 0..300 {
+            now += 100;
+            if c.observe(0.1, now, &cfg) != ClockVerdict::Ok {
+                flagged += 1;
+            }
+        }
+        assert!(flagged < 300, "never recovered");
+        assert!(c.lead_ms() <= 500, "{}", c.lead_ms());
     }
 
     #[test]
