@@ -48,6 +48,25 @@
 //!
 //! Every rejection carries the authoritative position (the correction to send).
 //!
+//! # Example
+//! ```
+//! use plaza_physics::{MoveClaim, PhysicsConfig, RejectReason, RoomDefinition, RoomPhysics};
+//!
+//! let mut room = RoomPhysics::new(&RoomDefinition::default_plaza(), PhysicsConfig::default());
+//! let at = room.add_avatar(7, [0.0, 0.0, -8.0]);
+//! let walk = |position, dt_s| MoveClaim {
+//!     position, velocity: [0.0; 3], dt_s, client_time_ms: 0, movement_kind: 1, is_instant: false,
+//! };
+//! // 1 m in 100 ms: fine. A 30 m jump: a typed rejection carrying the correction.
+//! let out = room.validate_and_move(7, walk([1.0, 0.0, -8.0], 0.1), 1_000).unwrap();
+//! assert_eq!(out.position, [1.0, 0.0, -8.0]);
+//! let err = room.validate_and_move(7, walk([25.0, 0.0, 10.0], 0.1), 1_100).unwrap_err();
+//! assert_eq!((err.reason, err.reason.code()), (RejectReason::Teleport, "teleport"));
+//! assert_eq!(err.authoritative, [1.0, 0.0, -8.0]);
+//! room.step(); // one fixed 1/50 s step: props fall, held props follow their holders
+//! # let _ = at;
+//! ```
+//!
 //! # What it does not do
 //! No async, no actors, no wall clock and no I/O (except the explicit
 //! [`RoomDefinition::from_path`] loader): time comes in as arguments, and the world advances
@@ -70,3 +89,15 @@ pub use config::PhysicsConfig;
 pub use definition::{DefinitionError, PropDef, PropShape, RoomDefinition, StaticShape};
 pub use movement::{MoveClaim, MoveOutcome, MoveRejection, RejectReason};
 pub use world::{PropState, RoomPhysics};
+
+#[cfg(test)]
+mod tests {
+    /// The room actor keeps a `RoomPhysics` in its state, which ractor requires to be `Send`.
+    #[test]
+    fn room_physics_is_send() {
+        fn assert_send<T: Send + 'static>() {}
+        assert_send::<super::RoomPhysics>();
+        assert_send::<super::RoomDefinition>();
+        assert_send::<super::MoveRejection>();
+    }
+}
