@@ -389,7 +389,7 @@ impl Bot {
                     let env = match ServerEnvelope::decode(b.as_ref()) {
                         Ok(env) => env,
                         Err(e) => {
-                            Counters::add(&self.shared.stats.counters.decode_errors, 1);
+                            self.count_decode_error("envelope");
                             return Err(e.into());
                         }
                     };
@@ -402,9 +402,7 @@ impl Bot {
                     self.count_close(code);
                     return Err(ConnectError::Closed(code));
                 }
-                Some(Ok(Message::Text(_))) => {
-                    Counters::add(&self.shared.stats.counters.decode_errors, 1);
-                }
+                Some(Ok(Message::Text(_))) => self.count_decode_error("text_message"),
                 Some(Ok(_)) => {}
             }
         }
@@ -475,7 +473,7 @@ impl Bot {
                         .map_err(|_| SessionEnd::Abrupt),
                     Ok(_) => Ok(()),
                     Err(_) => {
-                        Counters::add(&self.shared.stats.counters.decode_errors, 1);
+                        self.count_decode_error("envelope");
                         Ok(())
                     }
                 }
@@ -487,7 +485,7 @@ impl Bot {
             }
             Some(Ok(Message::Text(_))) => {
                 // The protocol is binary only.
-                Counters::add(&self.shared.stats.counters.decode_errors, 1);
+                self.count_decode_error("text_message");
                 Ok(())
             }
             Some(Ok(_)) => Ok(()),
@@ -674,6 +672,14 @@ impl Bot {
                         ResyncReason::DecodeError
                     }
                 };
+                let kind = match e {
+                    FrameError::ChainBreak { .. } => "chain_break".to_owned(),
+                    FrameError::CheckMismatch { .. } => "check_mismatch".to_owned(),
+                    FrameError::Truncated => "truncated".to_owned(),
+                    FrameError::TooLarge => "too_large".to_owned(),
+                    FrameError::Malformed(what) => format!("malformed_{}", what.replace(' ', "_")),
+                };
+                self.shared.stats.keyed.lock().frame_errors.bump(kind);
                 tracing::debug!(bot = self.spec.index, error = %e, "frame not applied");
                 Counters::add(&counters.keyframes_requested, 1);
                 self.resync_sent_at = Some(now);
@@ -934,6 +940,12 @@ impl Bot {
         let bytes = env.encode_to_vec();
         self.samples.up_bytes += bytes.len() as u64;
         ws.send(Message::Binary(bytes.into())).await
+    }
+
+    /// Counts an envelope-level decode error (`kind` goes to `frame_errors`).
+    fn count_decode_error(&self, kind: &str) {
+        Counters::add(&self.shared.stats.counters.decode_errors, 1);
+        self.shared.stats.keyed.lock().frame_errors.bump(kind);
     }
 
     fn count_close(&self, code: Option<u16>) {

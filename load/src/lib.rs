@@ -211,6 +211,7 @@ pub async fn run(cfg: LoadConfig) -> anyhow::Result<Report> {
         keyframes_received: Counters::get(&c.keyframes),
         decode_errors: Counters::get(&c.decode_errors),
         check_failures: Counters::get(&c.check_failures),
+        frame_errors: keyed.frame_errors,
         keyframes_requested: Counters::get(&c.keyframes_requested),
         frames_awaiting_keyframe: Counters::get(&c.frames_awaiting_keyframe),
         movements_sent: Counters::get(&c.movements_sent),

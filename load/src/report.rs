@@ -73,6 +73,9 @@ pub struct Report {
     pub decode_errors: u64,
     /// Chain breaks plus check mismatches.
     pub check_failures: u64,
+    /// Decode errors and check failures by kind (`chain_break`, `check_mismatch`, `truncated`,
+    /// `malformed_<what>`, `too_large`, `envelope`, `text_message`).
+    pub frame_errors: KeyedCounts,
     /// `Resync` messages sent.
     pub keyframes_requested: u64,
     /// Keyframes the bot did not ask for (besides each join's first frame): the server started
@@ -204,6 +207,7 @@ impl Report {
             ("decode errors", self.decode_errors.to_string()),
             ("check failures", self.check_failures.to_string()),
             ("keyframes requested", self.keyframes_requested.to_string()),
+            ("frame errors by kind", kv(&self.frame_errors)),
             (
                 "down bytes / bot / s",
                 format!("{:.0}", self.down_bytes_per_bot_per_s),
@@ -308,6 +312,9 @@ impl Report {
             kv(&self.close_codes),
             kv(&self.corrections_by_reason)
         );
+        if !self.frame_errors.0.is_empty() {
+            let _ = writeln!(s, "frame errors: {}", kv(&self.frame_errors));
+        }
         for (name, p) in self.latencies() {
             if p.count > 0 {
                 let _ = writeln!(

@@ -156,6 +156,7 @@ pub(crate) struct Keyed {
     pub(crate) rejections_by_reason: KeyedCounts,
     pub(crate) events_by_kind: KeyedCounts,
     pub(crate) connect_errors: KeyedCounts,
+    pub(crate) frame_errors: KeyedCounts,
 }
 
 /// Everything the bots of a run record into.

@@ -273,6 +273,8 @@ async fn broken_chain_is_counted_and_healed_by_a_keyframe() {
     let report = plaza_load::run(config(addr, 4)).await.unwrap();
     assert_clean(&report);
     assert_eq!(report.check_failures, 1, "{report:#?}");
+    assert_eq!(report.frame_errors.0.get("chain_break"), Some(&1));
+    assert_eq!(report.frame_errors.total(), 1);
     assert_eq!(report.keyframes_requested, 1);
     assert_eq!(fake.resyncs.load(Ordering::Relaxed), 1);
     // The join keyframes plus the one answering the resync.
