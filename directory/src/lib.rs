@@ -21,15 +21,18 @@
 //!
 //! # Semantics shared by both backends
 //! - **Epochs** ([`Epoch`]) are `(era, counter)` compared lexicographically. A claim of a free or
-//!   expired room issues a strictly greater epoch than any epoch the store has issued for that
-//!   room; the era makes this hold even after the store lost all its data (see [`RedisDirectory`]).
+//!   expired room issues a strictly greater epoch than any epoch the store has issued before
+//!   (for any room: an epoch identifies one activation of one room); the era makes this hold
+//!   even after the store lost all its data (see [`RedisDirectory`]).
 //! - **Fencing**: every side-effecting write of a room (presence, audit, handoff) carries the
 //!   room's epoch; it is accepted only while that epoch holds a *live* lease, otherwise it fails
 //!   with [`DirectoryError::StaleEpoch`]. An expired lease can not be renewed: the owner must
 //!   stop committing and re-claim (which yields a new epoch).
 //! - **Presence** entries are keyed by wallet (one room per wallet at a time), carry the OR of the
 //!   [`Sources`] they are visible through, and are leased; expired entries are invisible to reads
-//!   at once and deleted by [`Directory::sweep`].
+//!   at once and deleted by [`Directory::sweep`]. Writes by wallet are fenced by the epoch of the
+//!   room the entry is in *now*: a [`DirectoryError::StaleEpoch`] whose `room` is not the
+//!   caller's room means the wallet moved on, not that the caller lost its lease.
 //! - **Time**: lease deadlines are absolute milliseconds of the *store's* clock (the injected
 //!   [`Clock`] in memory, Redis `TIME` in Redis), never the caller's wall clock.
 

@@ -49,8 +49,8 @@ struct ProfileRec {
 struct State {
     nodes: HashMap<String, NodeInfo>,
     placements: HashMap<String, Placement>,
-    /// Last epoch issued per room; never deleted (keeps epochs monotonic after sweeps).
-    last_epoch: HashMap<String, Epoch>,
+    /// Activations issued so far (the counter of every epoch; unique across rooms).
+    activations: u64,
     presence: HashMap<String, Stored>,
     by_entity: HashMap<(String, u32), String>,
     by_room: HashMap<String, HashSet<String>>,
@@ -138,13 +138,9 @@ impl State {
         Some(s)
     }
 
-    fn next_epoch(&mut self, room: &str, era: u64) -> Epoch {
-        let next = match self.last_epoch.get(room) {
-            Some(last) if last.era >= era => Epoch::new(last.era, last.counter + 1),
-            _ => Epoch::new(era, 1),
-        };
-        self.last_epoch.insert(room.to_string(), next);
-        next
+    fn next_epoch(&mut self, era: u64) -> Epoch {
+        self.activations += 1;
+        Epoch::new(era, self.activations)
     }
 }
 
@@ -231,7 +227,7 @@ impl Directory for MemoryDirectory {
             st.placements.insert(room.to_string(), p.clone());
             return Ok(p);
         }
-        let epoch = st.next_epoch(room, self.era);
+        let epoch = st.next_epoch(self.era);
         let p = Placement {
             room: room.to_string(),
             node: node.to_string(),

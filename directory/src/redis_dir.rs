@@ -8,22 +8,23 @@
 //! key TTLs and no keyspace notifications.
 //!
 //! # Epochs across data loss
-//! The era lives in key `{prefix}era`. When that key is missing (fresh or flushed Redis) the
-//! first claim sets it to `max(redis_now_ms, min_era + 1)`, where `min_era` is the max of the
-//! client's boot era and every era this client has seen. A Redis that lost its data therefore
-//! starts a strictly higher era than any epoch issued before (as long as the Redis host clock
-//! does not run backwards past the old era, and in any case above everything the claiming
-//! process has seen), and every write of an old epoch is refused (the old placement is gone).
-//! If the store's era is *below* an era this client has already seen (Redis restored from an
-//! older backup), the claim starts a new era the same way. Per room, `{prefix}last:{room}` keeps
-//! the last issued epoch so counters never repeat within an era. (Fencing itself compares the
-//! presented epoch for equality with the live placement, so it holds even without
-//! monotonicity; monotonicity is what lets observers order activations.)
+//! Era and counter live together in hash `{prefix}epoch` (one key, so they vanish together).
+//! Every claim that activates a room increments the counter: an epoch is unique across all
+//! rooms, not only per room. When the key is missing (fresh or flushed Redis) the claim starts
+//! a new era `max(redis_now_ms, min_era + 1)`, where `min_era` is the max of the client's boot
+//! era and every era this client has seen. A Redis that lost its data therefore starts a
+//! strictly higher era than any epoch issued before (as long as the Redis host clock does not
+//! run backwards past the old era, and in any case above everything the claiming process has
+//! seen), and every write of an old epoch is refused (the old placement is gone). If the
+//! store's era is *below* an era this client has already seen (Redis restored from an older
+//! backup), the claim starts a new era the same way. (Fencing itself compares the presented
+//! epoch for equality with the live placement, so it holds even without monotonicity;
+//! monotonicity is what lets observers order activations.)
 //!
 //! # Deployment requirements
 //! - Standalone Redis (or a primary with replicas for reads only); not Redis Cluster: the
 //!   scripts touch keys they compute from arguments.
-//! - `maxmemory-policy noeviction`: an evicted `era`/`last:` key would weaken fencing.
+//! - `maxmemory-policy noeviction`: an evicted `epoch` key would weaken fencing.
 //! - The consent audit log and handoff snapshots are only as durable as Redis persistence:
 //!   run with AOF (`appendonly yes`, `appendfsync everysec` or `always`) for G3. Leases and
 //!   presence need no persistence (they are rebuilt by renewals within one lease TTL).
@@ -31,8 +32,8 @@
 //!   node; concurrent sweeps are safe).
 //!
 //! # Keys (prefix `P`, default `plaza:`)
-//! `Pera`, `Pnodes` (zset id→until), `Pnode:{id}` (hash), `Pplaces` (zset room→until),
-//! `Pplace:{room}` (hash), `Plast:{room}` (hash), `Ppres` (zset wallet→until), `Pp:{wallet}`
+//! `Pepoch` (hash era, ctr), `Pnodes` (zset id→until), `Pnode:{id}` (hash), `Pplaces` (zset room→until),
+//! `Pplace:{room}` (hash), `Ppres` (zset wallet→until), `Pp:{wallet}`
 //! (hash), `Pents:{room}` (hash entity→wallet), `Proom:{room}` (set of wallets), `Pprofs`
 //! (zset wallet→at), `Pprof:{wallet}` (hash), `Paudit:{room}` (list of JSON records),
 //! `Phandoff:{room}` (hash). Scripts build keys from arguments, which standalone Redis allows.
@@ -953,21 +954,14 @@ if owner then
   redis.call('ZADD', P .. 'places', s(u), room)
   return {'ok', node, e, c, u}
 end
-local era = redis.call('GET', P .. 'era')
-if era and tonumber(era) >= seen_era then
-  era = tonumber(era)
+local ek = P .. 'epoch'
+local f = redis.call('HMGET', ek, 'era', 'ctr')
+if f[1] and tonumber(f[1]) >= seen_era then
+  e = tonumber(f[1]); c = tonumber(f[2]) + 1
 else
-  era = math.max(now, min_era + 1)
-  redis.call('SET', P .. 'era', s(era))
+  e = math.max(now, min_era + 1); c = 1
 end
-local lk = P .. 'last:' .. room
-local l = redis.call('HMGET', lk, 'era', 'counter')
-if l[1] and tonumber(l[1]) >= era then
-  e = tonumber(l[1]); c = tonumber(l[2]) + 1
-else
-  e = era; c = 1
-end
-redis.call('HSET', lk, 'era', s(e), 'counter', s(c))
+redis.call('HSET', ek, 'era', s(e), 'ctr', s(c))
 u = now + ttl
 redis.call('HSET', pk, 'node', node, 'era', s(e), 'counter', s(c), 'until', s(u))
 redis.call('ZADD', P .. 'places', s(u), room)

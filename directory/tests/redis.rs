@@ -261,14 +261,16 @@ async fn restore_from_older_backup_keeps_epochs_monotonic() {
     let client = redis::Client::open(env.url.as_str()).unwrap();
     let mut con = client.get_multiplexed_async_connection().await.unwrap();
     let pre = &env.prefix;
-    let _: () = redis::cmd("SET")
-        .arg(format!("{pre}era"))
+    let _: () = redis::cmd("HSET")
+        .arg(format!("{pre}epoch"))
+        .arg("era")
         .arg(p1.epoch.era - 1_000)
+        .arg("ctr")
+        .arg(1)
         .query_async(&mut con)
         .await
         .unwrap();
     let _: u64 = redis::cmd("DEL")
-        .arg(format!("{pre}last:r"))
         .arg(format!("{pre}place:r"))
         .query_async(&mut con)
         .await

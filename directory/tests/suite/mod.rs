@@ -151,8 +151,9 @@ pub async fn claim_renew_conflict_release(env: &dyn Env) {
     d.release("r", "b", p2.epoch).await.unwrap();
     // Releasing an unplaced room is idempotent.
     d.release("r", "b", p2.epoch).await.unwrap();
-    // Rooms are independent.
+    // Rooms are independent, and an epoch names one activation of one room.
     let q = d.claim("other", "a", LONG).await.unwrap();
+    assert!(q.epoch > p2.epoch);
     d.check_epoch("other", q.epoch).await.unwrap();
     assert_stale(d.check_epoch("r", q.epoch).await, None);
 }
@@ -450,11 +451,8 @@ pub async fn entity_conflict_and_stale_eviction(env: &dyn Env) {
 pub async fn reregister_moves_rooms(env: &dyn Env) {
     let d = env.dir();
     let a = d.claim("r1", "a", LONG).await.unwrap();
-    // Epochs are per room: make r2's differ from r1's.
-    let b0 = d.claim("r2", "b", LONG).await.unwrap();
-    d.release("r2", "b", b0.epoch).await.unwrap();
     let b = d.claim("r2", "b", LONG).await.unwrap();
-    assert_ne!(a.epoch, b.epoch);
+    assert_ne!(a.epoch, b.epoch, "epochs are unique across rooms");
     d.presence_register(
         entry("w", "r1", 1, "a", Sources::ROOM | Sources::VOICE),
         a.epoch,
@@ -473,10 +471,16 @@ pub async fn reregister_moves_rooms(env: &dyn Env) {
     );
     assert_eq!(d.presence_renew("a", "r1", a.epoch, LONG).await.unwrap(), 0);
     assert_eq!(d.presence_renew("b", "r2", b.epoch, LONG).await.unwrap(), 1);
-    // The old room's epoch no longer fences this wallet.
-    assert_stale(
-        d.presence_release("w", Sources::ROOM, a.epoch).await,
-        Some(b.epoch),
+    // r1's owner can not touch the moved wallet; the error names the wallet's new room.
+    match d.presence_release("w", Sources::ROOM, a.epoch).await {
+        Err(DirectoryError::StaleEpoch { room, current, .. }) => {
+            assert_eq!((room.as_str(), current), ("r2", Some(b.epoch)));
+        }
+        other => panic!("expected stale epoch, got {other:?}"),
+    }
+    assert_eq!(
+        d.presence_get("w").await.unwrap().unwrap().sources,
+        Sources::ROOM
     );
 }
 
