@@ -1,5 +1,5 @@
 //! The run report: JSON (serde), a Markdown summary, a terminal summary, and the files beside
-//! the JSON (`<stem>.md`, `<stem>-*.png` via [`crate::plot`]).
+//! the JSON (`<stem>.md`, `<stem>-*.png` via the private `plot` module).
 //!
 //! Latencies are [`Percentiles`] in milliseconds. Byte rates are per bot per second of that
 //! bot's connected time. This module computes nothing from the network; `lib.rs` fills it.

@@ -1,6 +1,6 @@
 //! Shared run statistics: counters, keyed counts and latency histograms of all bots.
 //!
-//! Bots record into a small bot-local [`LocalSamples`] batch and flush it once per second, so
+//! Bots record into a small bot-local `LocalSamples` batch and flush it once per second, so
 //! the shared histograms are locked a few thousand times per second at most. Histograms hold
 //! microseconds; [`Percentiles`] reports milliseconds. Each histogram exists twice: for the
 //! whole run and for the current one-second window of the time series. This module does not
