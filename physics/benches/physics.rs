@@ -82,6 +82,23 @@ fn benches(c: &mut Criterion) {
         })
     });
 
+    // Components of a move: the overlap guard and the ground probe of the anti-fly rule.
+    let (room, homes) = crowded_plaza();
+    let mut i = 0usize;
+    g.bench_function("penetrates_statics", |b| {
+        b.iter(|| {
+            i = (i + 1) % homes.len();
+            black_box(room.penetrates_statics(homes[i]))
+        })
+    });
+    g.bench_function("height_above_ground", |b| {
+        b.iter(|| {
+            i = (i + 1) % homes.len();
+            let h = homes[i];
+            black_box(room.height_above_ground([h[0], h[1] + 4.0, h[2]]))
+        })
+    });
+
     // One fixed step with every avatar standing still.
     let (mut room, _) = crowded_plaza();
     room.step();

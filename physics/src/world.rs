@@ -12,6 +12,7 @@ use std::collections::BTreeMap;
 
 use rapier3d::control::{CharacterAutostep, CharacterLength, KinematicCharacterController};
 use rapier3d::math::{Pose, Rotation, Vector};
+use rapier3d::parry::bounding_volume::BoundingVolume;
 use rapier3d::parry::query::ShapeCastOptions;
 use rapier3d::parry::shape::{Capsule, Shape, SharedShape};
 use rapier3d::prelude::{
@@ -588,6 +589,25 @@ impl RoomPhysics {
         let queries = self.statics.query_pipeline();
         let pose = Pose::from_translation(current + self.center_offset());
         let len = desired.length();
+        // Cheapest path: nothing static within the controller's offset of the swept box (the
+        // common case of walking on a floor: the skin keeps the capsule's box above it).
+        if len > 1.0e-5 {
+            let swept = self
+                .capsule
+                .compute_aabb(&pose)
+                .merged(
+                    &self
+                        .capsule
+                        .compute_aabb(&Pose::from_translation(pose.translation + desired)),
+                )
+                .loosened(CONTROLLER_OFFSET_M);
+            if !queries
+                .intersect_aabb_conservative(swept)
+                .any(|(_, c)| c.compute_aabb().intersects(&swept))
+            {
+                return desired;
+            }
+        }
         // Fast path: one sweep; if nothing is within the controller's offset of the path, the
         // controller would apply the whole translation in its first iteration anyway. (Keep
         // the target below SKIN_M, or every avatar standing on a floor takes the slow path.)
