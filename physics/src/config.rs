@@ -52,7 +52,7 @@ pub struct PhysicsConfig {
     /// Anti-fly rule: an avatar whose feet are more than this (metres) above the geometry
     /// below it must be falling, at least `min_fall_speed_mps`; otherwise the move is rejected
     /// with [`crate::RejectReason::Airborne`]. Covers jumps (and double jumps) up to this height.
-    /// `None` allows flying (default `Some(3.0)`).
+    /// `None` (or `0` in a configuration file) allows flying (default `Some(3.0)`).
     pub max_height_above_ground_m: Option<f32>,
     /// How fast (m/s) an avatar above `max_height_above_ground_m` must at least descend
     /// (default 2.0; free fall is far faster).
@@ -133,11 +133,12 @@ impl PhysicsConfig {
         fix(&mut self.blocked_epsilon_m, d.blocked_epsilon_m);
         fix(&mut self.blocked_reject_m, d.blocked_reject_m);
         fix(&mut self.min_fall_speed_mps, d.min_fall_speed_mps);
-        if let Some(h) = self.max_height_above_ground_m
-            && (!h.is_finite() || h <= 0.0)
-        {
-            self.max_height_above_ground_m = d.max_height_above_ground_m;
-        }
+        self.max_height_above_ground_m = match self.max_height_above_ground_m {
+            // TOML has no null: 0 (or less) is how a file turns the rule off.
+            Some(h) if h.is_finite() && h <= 0.0 => None,
+            Some(h) if !h.is_finite() => d.max_height_above_ground_m,
+            other => other,
+        };
         fix(&mut self.capsule_half_height, d.capsule_half_height);
         fix(&mut self.capsule_radius, d.capsule_radius);
         fix(&mut self.max_slope_deg, d.max_slope_deg);
@@ -150,5 +151,42 @@ impl PhysicsConfig {
         }
         self.clock_reject_lead_ms = self.clock_reject_lead_ms.max(self.max_clock_lead_ms);
         self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sanitize_replaces_nonsense_and_zero_height_disables_the_fly_rule() {
+        let cfg = PhysicsConfig {
+            step_dt: f32::NAN,
+            max_speed_mps: -1.0,
+            speed_by_kind: [0.0, 5.0, f32::INFINITY, 12.0],
+            max_height_above_ground_m: Some(0.0),
+            clock_reject_lead_ms: 10,
+            clock_drift_allowance: 7.0,
+            ..PhysicsConfig::default()
+        }
+        .sanitized();
+        let d = PhysicsConfig::default();
+        assert_eq!(cfg.step_dt, d.step_dt);
+        assert_eq!(cfg.max_speed_mps, d.max_speed_mps);
+        assert_eq!(cfg.speed_by_kind, [12.0, 5.0, 12.0, 12.0]);
+        assert_eq!(cfg.max_height_above_ground_m, None);
+        assert_eq!(cfg.clock_reject_lead_ms, cfg.max_clock_lead_ms);
+        assert_eq!(cfg.clock_drift_allowance, d.clock_drift_allowance);
+        assert_eq!(cfg.speed_limit(1), 5.0);
+        assert_eq!(cfg.speed_limit(200), cfg.max_speed_mps);
+    }
+
+    #[test]
+    fn config_reads_from_toml_with_defaults_for_missing_keys() {
+        let cfg: PhysicsConfig =
+            toml::from_str("max_speed_mps = 8.0\nmax_height_above_ground_m = 0.0\n").unwrap();
+        assert_eq!(cfg.max_speed_mps, 8.0);
+        assert_eq!(cfg.step_dt, 1.0 / 50.0);
+        assert_eq!(cfg.sanitized().max_height_above_ground_m, None);
     }
 }
