@@ -467,6 +467,32 @@ position = [1.0, 1.0, 1.0]
     }
 
     #[test]
+    fn from_path_reads_json_and_refuses_unknown_extensions() {
+        let dir = std::env::temp_dir().join(format!("plaza-physics-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let json = dir.join("room.json");
+        let def = minimal();
+        std::fs::write(&json, serde_json::to_string_pretty(&def).unwrap()).unwrap();
+        assert_eq!(RoomDefinition::from_path(&json).unwrap(), def);
+        let yaml = dir.join("room.yaml");
+        std::fs::write(&yaml, "name: x").unwrap();
+        assert!(matches!(
+            RoomDefinition::from_path(&yaml),
+            Err(DefinitionError::UnknownFormat(ext)) if ext == "yaml"
+        ));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn unknown_keys_are_refused() {
+        let err = RoomDefinition::from_toml_str(
+            "name = \"x\"\nbounds_min = [0.0, 0.0, 0.0]\nbounds_max = [1.0, 1.0, 1.0]\n\
+             spawn = [0.5, 0.5, 0.5]\nspwan = [0.0, 0.0, 0.0]\n",
+        );
+        assert!(matches!(err, Err(DefinitionError::Toml(_))), "{err:?}");
+    }
+
+    #[test]
     fn from_path_reads_the_shipped_file() {
         let path = concat!(env!("CARGO_MANIFEST_DIR"), "/rooms/plaza.toml");
         assert_eq!(
