@@ -12,8 +12,18 @@ pub const MAX_EG_ZEROS: u32 = 47;
 
 /// Where bits go: the real [`BitWriter`] or the size-only [`BitCounter`].
 pub trait BitSink {
-    /// Appends the low `n` bits of `v` (`n <= 64`).
+    /// Appends the low `n` bits of `v` (`n <= 32`).
     fn put(&mut self, v: u64, n: u32);
+
+    /// Appends the low `n` bits of `v` (`n <= 64`).
+    fn put_wide(&mut self, v: u64, n: u32) {
+        if n > 32 {
+            self.put(v, 32);
+            self.put(v >> 32, n - 32);
+        } else {
+            self.put(v, n);
+        }
+    }
 
     /// Appends one bit.
     fn bit(&mut self, b: bool) {
@@ -23,16 +33,24 @@ pub trait BitSink {
     /// Appends `v` as an Exp-Golomb code of order `k`: `len - 1` zero bits, a one bit, then the
     /// `len - 1` low bits of `(v >> k) + 1` (whose bit length is `len`), then the `k` low bits of
     /// `v`. `v >> k` must be below `2^48 - 1`.
+    #[inline]
     fn eg(&mut self, v: u64, k: u32) {
         let x = (v >> k) + 1;
         let len = 64 - x.leading_zeros();
-        self.put(1u64 << (len - 1), len);
-        if len > 1 {
-            self.put(x, len - 1);
+        let total = 2 * len - 1 + k;
+        if total <= 32 {
+            // One field: the prefix, the rest of x above it, the k low bits of v above that.
+            let rest = x & ((1u64 << (len - 1)) - 1);
+            let low = v & ((1u64 << k) - 1);
+            self.put(
+                (1u64 << (len - 1)) | (rest << len) | (low << (2 * len - 1)),
+                total,
+            );
+            return;
         }
-        if k > 0 {
-            self.put(v, k);
-        }
+        self.put_wide(1u64 << (len - 1), len);
+        self.put_wide(x, len - 1);
+        self.put_wide(v, k);
     }
 
     /// Appends a signed value as a zigzag Exp-Golomb code of order `k`.
@@ -97,13 +115,8 @@ impl<'a> BitWriter<'a> {
 impl BitSink for BitWriter<'_> {
     #[inline]
     fn put(&mut self, v: u64, n: u32) {
-        if n > 32 {
-            self.put(v, 32);
-            self.put(v >> 32, n - 32);
-            return;
-        }
-        let mask = if n == 0 { 0 } else { u64::MAX >> (64 - n) };
-        self.acc |= (v & mask) << self.n;
+        debug_assert!(n <= 32);
+        self.acc |= (v & ((1u64 << n) - 1)) << self.n;
         self.n += n;
         if self.n >= 32 {
             self.out.extend_from_slice(&(self.acc as u32).to_le_bytes());
@@ -236,6 +249,7 @@ mod tests {
         ];
         for (i, &v) in vals.iter().enumerate() {
             w.put(v & 0x1f, 5);
+            w.put_wide(v, 64);
             w.eg(v, (i % 4) as u32);
             w.seg(-(v as i64), 2);
             w.bit(i % 2 == 0);
@@ -244,6 +258,7 @@ mod tests {
         let mut c = BitCounter::default();
         for (i, &v) in vals.iter().enumerate() {
             c.put(v & 0x1f, 5);
+            c.put_wide(v, 64);
             c.eg(v, (i % 4) as u32);
             c.seg(-(v as i64), 2);
             c.bit(i % 2 == 0);
@@ -266,6 +281,7 @@ mod tests {
         let mut r = BitReader::new(&buf);
         for (i, &v) in vals.iter().enumerate() {
             assert_eq!(r.get(5).unwrap(), v & 0x1f);
+            assert_eq!(r.get(32).unwrap() | (r.get(32).unwrap() << 32), v);
             assert_eq!(r.eg((i % 4) as u32).unwrap(), v);
             assert_eq!(r.seg(2).unwrap(), -(v as i64));
             assert_eq!(r.bit().unwrap(), i % 2 == 0);

@@ -226,7 +226,7 @@ impl Held {
         let mut out = p1;
         for i in 0..3 {
             let d = i64::from(p1[i]) - i64::from(self.prev_pos[i]);
-            let step = div_round(d * dt, dt1);
+            let step = if dt == dt1 { d } else { div_round(d * dt, dt1) };
             out[i] =
                 (i64::from(p1[i]) + step).clamp(i64::from(i32::MIN), i64::from(i32::MAX)) as i32;
         }
@@ -1153,23 +1153,25 @@ impl FrameEncoder {
         for p in &self.pending {
             self.model[p.model_idx as usize].apply(p.mask, &p.pose, p.tier, tick);
         }
-        self.next.clear();
-        let mut r = 0;
-        for h in &self.model {
-            if self.removed.get(r) == Some(&h.rec.id) {
-                r += 1;
-                continue;
+        if !self.removed.is_empty() || !self.news.is_empty() {
+            self.next.clear();
+            let mut r = 0;
+            for h in &self.model {
+                if self.removed.get(r) == Some(&h.rec.id) {
+                    r += 1;
+                    continue;
+                }
+                self.next.push(*h);
             }
-            self.next.push(*h);
+            let kept = self.next.len();
+            for (rec, tier) in &self.news {
+                self.next.push(Held::new(*rec, *tier, tick));
+            }
+            if kept > 0 && kept < self.next.len() {
+                merge_sorted(&mut self.next, kept, &mut self.model);
+            }
+            std::mem::swap(&mut self.model, &mut self.next);
         }
-        let kept = self.next.len();
-        for (rec, tier) in &self.news {
-            self.next.push(Held::new(*rec, *tier, tick));
-        }
-        if kept > 0 && kept < self.next.len() {
-            merge_sorted(&mut self.next, kept, &mut self.model);
-        }
-        std::mem::swap(&mut self.model, &mut self.next);
         match own_flag {
             FLAG_OWN => self.own = own.cloned(),
             FLAG_OWN_CLEAR => self.own = None,
