@@ -889,37 +889,19 @@ impl Bot {
                     .bump(reason);
             }
             EventKind::Consent(c) if self.spec.mix.kind == BotKind::Interactor => {
-                let state = c.state.to_ascii_lowercase();
-                let counters = &self.shared.stats.counters;
-                if own == Some(c.target_entity)
-                    && (state.contains("request") || state.contains("pending"))
-                {
-                    let op = if self.rng.random_bool(0.8) {
-                        ConsentOp::Consent
-                    } else {
-                        ConsentOp::Decline
-                    };
-                    Counters::add(&counters.consent_sent, 1);
-                    let a = ConsentAction {
-                        op: op as i32,
-                        consent_id: c.consent_id,
-                        ..ConsentAction::default()
-                    };
-                    self.send(ws, CBody::Consent(a)).await?;
-                } else if own == Some(c.requester_entity)
-                    && (state.contains("consent")
-                        || state.contains("accept")
-                        || state.contains("grant"))
-                {
-                    Counters::add(&counters.consent_sent, 1);
-                    let a = ConsentAction {
-                        op: ConsentOp::Activate as i32,
-                        consent_id: c.consent_id,
-                        ..ConsentAction::default()
-                    };
-                    self.send(ws, CBody::Consent(a)).await?;
-                } else if own == Some(c.requester_entity) && state.contains("activ") {
-                    self.interact.active.push(c.consent_id);
+                let accept = self.rng.random_bool(0.8);
+                match consent_reaction(&c, own, accept) {
+                    Some(ConsentReaction::Answer(op)) => {
+                        Counters::add(&self.shared.stats.counters.consent_sent, 1);
+                        let a = ConsentAction {
+                            op: op as i32,
+                            consent_id: c.consent_id,
+                            ..ConsentAction::default()
+                        };
+                        self.send(ws, CBody::Consent(a)).await?;
+                    }
+                    Some(ConsentReaction::ReleaseLater) => self.interact.active.push(c.consent_id),
+                    None => {}
                 }
             }
             _ => {}
@@ -952,6 +934,46 @@ impl Bot {
         // 1006: closed without a close frame (RFC 6455's "abnormal closure").
         let key = code.unwrap_or(1006).to_string();
         self.shared.stats.keyed.lock().close_codes.bump(key);
+    }
+}
+
+/// What an interactor does about a consent event.
+#[derive(Clone, Copy, Debug, Eq, PartialEq)]
+enum ConsentReaction {
+    /// Send this op for the event's consent id.
+    Answer(ConsentOp),
+    /// Our request is active: release it at the next action.
+    ReleaseLater,
+}
+
+/// The interactor's consent policy. The target answers a request (consent when `accept`, else
+/// decline); the requester activates a granted request and releases an active one later.
+/// State names are matched loosely (`request`/`pending`, `consent`/`accept`/`grant`, `activ`)
+/// because the room's names are not fixed yet.
+fn consent_reaction(
+    c: &pb::ConsentEvent,
+    own: Option<u32>,
+    accept: bool,
+) -> Option<ConsentReaction> {
+    let own = own?;
+    let state = c.state.to_ascii_lowercase();
+    if own == c.target_entity && (state.contains("request") || state.contains("pending")) {
+        let op = if accept {
+            ConsentOp::Consent
+        } else {
+            ConsentOp::Decline
+        };
+        return Some(ConsentReaction::Answer(op));
+    }
+    if own != c.requester_entity {
+        return None;
+    }
+    if state.contains("activ") {
+        Some(ConsentReaction::ReleaseLater)
+    } else if state.contains("consent") || state.contains("accept") || state.contains("grant") {
+        Some(ConsentReaction::Answer(ConsentOp::Activate))
+    } else {
+        None
     }
 }
 
@@ -1001,6 +1023,40 @@ fn unix_ms() -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn consent_policy() {
+        let ev = |state: &str| pb::ConsentEvent {
+            consent_id: 9,
+            kind: "hand_hold".into(),
+            requester_entity: 1,
+            target_entity: 2,
+            state: state.into(),
+        };
+        let answer = |op| Some(ConsentReaction::Answer(op));
+        assert_eq!(
+            consent_reaction(&ev("REQUESTED"), Some(2), true),
+            answer(ConsentOp::Consent)
+        );
+        assert_eq!(
+            consent_reaction(&ev("requested"), Some(2), false),
+            answer(ConsentOp::Decline)
+        );
+        // The requester does not answer its own request; bystanders never act.
+        assert_eq!(consent_reaction(&ev("requested"), Some(1), true), None);
+        assert_eq!(consent_reaction(&ev("requested"), Some(3), true), None);
+        assert_eq!(
+            consent_reaction(&ev("consented"), Some(1), true),
+            answer(ConsentOp::Activate)
+        );
+        assert_eq!(
+            consent_reaction(&ev("active"), Some(1), true),
+            Some(ConsentReaction::ReleaseLater)
+        );
+        assert_eq!(consent_reaction(&ev("active"), Some(2), true), None);
+        assert_eq!(consent_reaction(&ev("released"), Some(1), true), None);
+        assert_eq!(consent_reaction(&ev("requested"), None, true), None);
+    }
 
     #[test]
     fn names_and_close_policy() {
