@@ -120,6 +120,24 @@ fn benches(c: &mut Criterion) {
         })
     });
 
+    // A realistic 50 Hz tick: clients send at 10 Hz, so a fifth of the avatars move per tick.
+    let (mut room, homes) = crowded_plaza();
+    let (mut tick, mut now) = (0u64, 0u64);
+    g.throughput(Throughput::Elements(u64::from(AVATARS / 5)));
+    g.bench_function("tick_fifth_moving", |b| {
+        b.iter(|| {
+            now += 20;
+            tick += 1;
+            let phase = (tick % 5) as usize;
+            let round = tick / 5 + 1;
+            for (e, home) in homes.iter().enumerate().skip(phase).step_by(5) {
+                let out = room.validate_and_move(e as u32, claim(target(*home, round), false), now);
+                black_box(out.ok());
+            }
+            room.step();
+        })
+    });
+
     // The step alone right after every avatar moved (kinematic bodies all in motion).
     let (mut room, homes) = crowded_plaza();
     let (mut round, mut now) = (1u64, 0u64);
