@@ -56,7 +56,7 @@ pub struct NodeMetrics {
 impl Default for NodeMetrics {
     fn default() -> Self {
         Self {
-            tick_duration: Histogram::new(exponential_buckets(0.000_025, 2.0, 16)),
+            tick_duration: Histogram::new(exponential_buckets(0.000_05, 1.4, 24)),
             tick_overruns: Counter::default(),
             rooms: Gauge::default(),
             sessions: Gauge::default(),

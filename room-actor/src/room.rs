@@ -129,6 +129,7 @@ pub struct RoomState {
     ticker: JoinHandle<()>,
     started: Instant,
     steps_done: u64,
+    broadcasts_done: u64,
     empty_since: Option<Instant>,
     out: Vec<Outbound>,
     /// Room stats already exported to metrics, to export deltas.
@@ -166,13 +167,25 @@ impl Actor for RoomActor {
         myself: ActorRef<RoomMsg>,
         args: RoomArgs,
     ) -> Result<RoomState, ActorProcessingErr> {
-        let period = Duration::from_secs_f64(1.0 / f64::from(args.cfg.room.tick_hz.max(1)));
+        let started = Instant::now();
+        let step = Duration::from_secs_f64(1.0 / f64::from(args.cfg.room.tick_hz.max(1)));
+        let bcast = Duration::from_secs_f64(1.0 / f64::from(args.cfg.room.broadcast_hz.max(1)));
         let me = myself.clone();
+        // Wakes the room at every simulation step and every broadcast, each on its own evenly
+        // spaced grid, so broadcasts go out every 50 ms rather than alternating 40/60 ms on the
+        // 20 ms step grid. A late wake is not repeated: the actor catches up from wall time.
         let ticker = tokio::spawn(async move {
-            let mut iv = tokio::time::interval(period);
-            iv.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+            let (mut next_step, mut next_bcast) = (started + step, started + bcast);
             loop {
-                iv.tick().await;
+                let next = next_step.min(next_bcast);
+                tokio::time::sleep_until(next).await;
+                let now = Instant::now();
+                while next_step <= now {
+                    next_step += step;
+                }
+                while next_bcast <= now {
+                    next_bcast += bcast;
+                }
                 if me.cast(RoomMsg::Tick).is_err() {
                     break;
                 }
@@ -196,8 +209,9 @@ impl Actor for RoomActor {
             metrics: args.metrics,
             links: HashMap::new(),
             ticker,
-            started: Instant::now(),
+            started,
             steps_done: 0,
+            broadcasts_done: 0,
             empty_since: Some(Instant::now()),
             out: Vec::new(),
             exported: Default::default(),
@@ -327,9 +341,15 @@ impl RoomState {
         }
     }
 
+    /// Runs the simulation steps and the broadcast that wall time says are due.
+    ///
+    /// Performance: runs every tick.
     fn on_tick(&mut self) {
-        let period_ms = 1000.0 / f64::from(self.cfg.room.tick_hz.max(1));
-        let due = (self.started.elapsed().as_secs_f64() * 1000.0 / period_ms) as u64;
+        let t0 = std::time::Instant::now();
+        let elapsed_ms = self.started.elapsed().as_secs_f64() * 1000.0;
+        let step_ms = 1000.0 / f64::from(self.cfg.room.tick_hz.max(1));
+        let bcast_ms = 1000.0 / f64::from(self.cfg.room.broadcast_hz.max(1));
+        let due = (elapsed_ms / step_ms) as u64;
         let mut n = due.saturating_sub(self.steps_done);
         let cap = u64::from(self.cfg.max_catch_up.max(1));
         if n > cap {
@@ -340,9 +360,17 @@ impl RoomState {
         let mut out = std::mem::take(&mut self.out);
         for _ in 0..n {
             self.steps_done += 1;
-            let now_ms = (self.steps_done as f64 * period_ms) as u64;
-            let t0 = std::time::Instant::now();
-            self.room.step(now_ms, &mut out);
+            let now_ms = (self.steps_done as f64 * step_ms) as u64;
+            self.room.simulate(now_ms, &mut out);
+        }
+        let due_bcast = (elapsed_ms / bcast_ms) as u64;
+        let broadcast = due_bcast > self.broadcasts_done;
+        if broadcast {
+            // Missed broadcasts are not replayed: one frame of the latest state replaces them.
+            self.broadcasts_done = due_bcast;
+            self.room.broadcast(&mut out);
+        }
+        if n > 0 || broadcast {
             self.metrics
                 .tick_duration
                 .observe(t0.elapsed().as_secs_f64());

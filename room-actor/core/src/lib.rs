@@ -425,21 +425,31 @@ impl Room {
         }
     }
 
-    /// Run one simulation step at `now_ms` and append what must be delivered to `out`.
+    /// Run one simulation step at `now_ms`, then a broadcast when the broadcast rate says one
+    /// is due (every `tick_hz / broadcast_hz` steps on average), appending what must be
+    /// delivered to `out`.
     ///
     /// Performance: runs every tick.
     pub fn step(&mut self, now_ms: u64, out: &mut Vec<Outbound>) {
+        self.simulate(now_ms, out);
+        self.broadcast_acc += self.cfg.broadcast_hz.min(self.cfg.tick_hz);
+        if self.broadcast_acc >= self.cfg.tick_hz {
+            self.broadcast_acc -= self.cfg.tick_hz;
+            self.broadcast(out);
+        }
+    }
+
+    /// Run one simulation step at `now_ms` without broadcasting: for a shell that schedules
+    /// broadcasts on their own clock (evenly spaced, independent of the step grid).
+    ///
+    /// Performance: runs every tick.
+    pub fn simulate(&mut self, now_ms: u64, out: &mut Vec<Outbound>) {
         self.now_ms = now_ms;
         self.tick += 1;
         self.stats.ticks += 1;
         self.apply_pending(out);
         self.apply_inputs(out);
         self.physics.step();
-        self.broadcast_acc += self.cfg.broadcast_hz.min(self.cfg.tick_hz);
-        if self.broadcast_acc >= self.cfg.tick_hz {
-            self.broadcast_acc -= self.cfg.tick_hz;
-            self.broadcast(out);
-        }
     }
 
     fn apply_pending(&mut self, out: &mut Vec<Outbound>) {
@@ -573,7 +583,10 @@ impl Room {
         }
     }
 
-    fn broadcast(&mut self, out: &mut Vec<Outbound>) {
+    /// Encode and emit one frame per member from the current state.
+    ///
+    /// Performance: runs every broadcast.
+    pub fn broadcast(&mut self, out: &mut Vec<Outbound>) {
         self.stats.broadcasts += 1;
         // Quantize every avatar once (the arena), sorted by entity id.
         self.arena.clear();
