@@ -485,8 +485,9 @@ impl RoomPhysics {
     /// `claimed.dt_s` is the client's claimed time since its previous move; `now_ms` is the
     /// server's time (any monotonic millisecond clock). Checks, in order: unknown avatar,
     /// non-finite values, `dt ≤ 0`, client clock lead, room bounds, instant placement, claimed
-    /// velocity, displacement (speed, or teleport when farther than any one move may go), then
-    /// geometry. A rejection leaves the avatar where it was, except [`RejectReason::Blocked`],
+    /// velocity, displacement (speed, or teleport when farther than any one move may go),
+    /// height above ground (fly hack), then geometry (see the crate docs for each rule).
+    /// A rejection leaves the avatar where it was, except [`RejectReason::Blocked`],
     /// where it has moved up to the obstacle; `authoritative` is the position to correct to.
     pub fn validate_and_move(
         &mut self,
