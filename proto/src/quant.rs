@@ -40,8 +40,8 @@ pub struct Pose {
 }
 
 impl From<&crate::pb::Movement> for Pose {
-    /// The pose of the seed's movement message (missing vectors read as zero; head IK present
-    /// when either axis is enabled, a disabled axis reads 0).
+    /// The pose of the seed's movement message (missing vectors read as zero, an unknown movement
+    /// kind as idle; head IK present when either axis is enabled, a disabled axis reads 0).
     fn from(m: &crate::pb::Movement) -> Self {
         let v3 = |v: &Option<crate::pb::Vec3>| v.as_ref().map_or([0.0; 3], |v| [v.x, v.y, v.z]);
         let head = (m.head_ik_yaw_enabled || m.head_ik_pitch_enabled).then_some([
@@ -61,8 +61,9 @@ impl From<&crate::pb::Movement> for Pose {
             velocity: v3(&m.velocity),
             yaw_deg: m.rotation_y,
             movement_kind: u8::try_from(m.movement_kind)
-                .unwrap_or(0)
-                .min(MOVEMENT_KIND_MAX),
+                .ok()
+                .filter(|&k| k <= MOVEMENT_KIND_MAX)
+                .unwrap_or(0),
             anim_flags: (m.anim_flags & 0x03ff) as u16,
             head,
             point_at: m.is_pointing_at.then(|| v3(&m.point_at)),
@@ -287,6 +288,38 @@ mod tests {
         }
         assert_eq!(quantize(&back), q, "quantize(to_pose(q)) == q");
         assert!(!q.at_rest());
+    }
+
+    #[test]
+    fn pose_from_movement_message() {
+        let m = crate::pb::Movement {
+            position: Some(crate::pb::Vec3 {
+                x: 1.0,
+                y: 2.0,
+                z: 3.0,
+            }),
+            velocity: None,
+            rotation_y: 45.0,
+            movement_kind: 7,
+            anim_flags: 0xffff,
+            head_ik_yaw_enabled: true,
+            head_yaw: 20.0,
+            head_pitch: 30.0,
+            is_pointing_at: true,
+            point_at: Some(crate::pb::Vec3 {
+                x: 4.0,
+                y: 5.0,
+                z: 6.0,
+            }),
+            ..Default::default()
+        };
+        let p = Pose::from(&m);
+        assert_eq!(p.position, [1.0, 2.0, 3.0]);
+        assert_eq!(p.velocity, [0.0; 3]);
+        assert_eq!(p.movement_kind, 0, "an unknown kind reads idle");
+        assert_eq!(p.anim_flags, 0x03ff);
+        assert_eq!(p.head, Some([20.0, 0.0]));
+        assert_eq!(p.point_at, Some([4.0, 5.0, 6.0]));
     }
 
     #[test]
