@@ -26,6 +26,7 @@ use prost::Message as _;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use tokio::net::TcpStream;
+use tokio::sync::watch;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::protocol::{CloseFrame, WebSocketConfig};
 use tokio_tungstenite::tungstenite::{self, Message};
@@ -168,6 +169,8 @@ pub(crate) struct Bot {
     leave_at: Option<Instant>,
     frame_no: u32,
     interact: Interact,
+    /// Flips to true when the run is stopped early (Ctrl-C).
+    stop: watch::Receiver<bool>,
 }
 
 impl Bot {
@@ -182,6 +185,7 @@ impl Bot {
         );
         let room_moves = shared.board.room(&spec.room);
         let frame_no = rng.random_range(0..1000);
+        let stop = shared.stop.clone();
         Self {
             rate: SendRate::new(shared.cfg.send_rate),
             last_sent: walker.pose(),
@@ -208,13 +212,20 @@ impl Bot {
             leave_at: None,
             frame_no,
             interact: Interact::default(),
+            stop,
         }
     }
 
     /// Runs the bot until `deadline`: the connect / session / resume loop.
     pub(crate) async fn run(mut self, deadline: Instant) {
-        tokio::time::sleep_until(self.spec.start_at.into()).await;
         let shared = self.shared.clone();
+        tokio::select! {
+            _ = tokio::time::sleep_until(self.spec.start_at.into()) => {}
+            _ = stopped(&mut self.stop) => {
+                Counters::add(&shared.stats.counters.not_started, 1);
+                return;
+            }
+        }
         let stats = &shared.stats;
         let cfg = &shared.cfg;
         let mut ever_joined = false;
@@ -222,7 +233,7 @@ impl Bot {
         let mut down_since: Option<Instant> = None;
         let mut lost = false;
         let mut backoff = Duration::from_millis(100);
-        while Instant::now() < deadline {
+        while Instant::now() < deadline && !*self.stop.borrow() {
             let started = Instant::now();
             let resuming = down_since.is_some() && self.resume_token.is_some();
             match self.connect_and_join(resuming, deadline).await {
@@ -286,7 +297,10 @@ impl Bot {
             if wake >= deadline {
                 break;
             }
-            tokio::time::sleep_until(wake.into()).await;
+            tokio::select! {
+                _ = tokio::time::sleep_until(wake.into()) => {}
+                _ = stopped(&mut self.stop) => break,
+            }
             backoff = (backoff * 2).min(Duration::from_secs(2));
         }
         if ever_joined && (lost || down_since.is_some()) {
@@ -420,6 +434,7 @@ impl Bot {
                 msg = ws.next() => self.on_ws(ws, msg).await,
                 _ = tick.tick() => self.on_client_frame(ws).await.map_err(|_| SessionEnd::Abrupt),
                 _ = &mut stop => Err(SessionEnd::Deadline),
+                _ = stopped(&mut self.stop) => Err(SessionEnd::Deadline),
             };
             match step {
                 Ok(()) => {}
@@ -975,6 +990,11 @@ fn consent_reaction(
     } else {
         None
     }
+}
+
+/// Resolves once the run is stopped early (or the run is over and the sender is gone).
+async fn stopped(rx: &mut watch::Receiver<bool>) {
+    let _ = rx.wait_for(|stop| *stop).await;
 }
 
 fn refused(e: &pb::Error) -> ConnectError {

@@ -111,14 +111,26 @@ impl LoadConfig {
 /// State shared by all bots of a run.
 pub(crate) struct Shared {
     pub(crate) cfg: LoadConfig,
+    /// True once the run is stopped early.
+    pub(crate) stop: tokio::sync::watch::Receiver<bool>,
     pub(crate) stats: Stats,
     pub(crate) board: seen::MoveBoard,
     pub(crate) props: props::PropBoard,
 }
 
-/// Runs the load test and returns its report. Bots that cannot connect are counted, not fatal;
-/// an invalid config is an error.
+/// Runs the load test for its duration and returns its report. Bots that cannot connect are
+/// counted, not fatal; an invalid config is an error.
 pub async fn run(cfg: LoadConfig) -> anyhow::Result<Report> {
+    run_with_stop(cfg, std::future::pending()).await
+}
+
+/// Like [`run`], but ends early when `stop` resolves (e.g. on Ctrl-C): every bot closes normally
+/// and the report covers the time run (`stopped_early` is set; bots whose ramp slot had not
+/// come count in `bots_not_started`, not in `bots_failed`).
+pub async fn run_with_stop(
+    cfg: LoadConfig,
+    stop: impl Future<Output = ()>,
+) -> anyhow::Result<Report> {
     anyhow::ensure!(cfg.bots > 0, "--bots must be at least 1");
     anyhow::ensure!(cfg.rooms > 0, "--rooms must be at least 1");
     anyhow::ensure!(!cfg.duration.is_zero(), "--duration must be positive");
@@ -133,7 +145,9 @@ pub async fn run(cfg: LoadConfig) -> anyhow::Result<Report> {
         );
     }
     let cpu_start = cpu_seconds();
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let shared = Arc::new(Shared {
+        stop: stop_rx,
         cfg: cfg.clone(),
         stats: Stats::new(),
         board: seen::MoveBoard::default(),
@@ -162,10 +176,23 @@ pub async fn run(cfg: LoadConfig) -> anyhow::Result<Report> {
 
     let sampler = tokio::spawn(sample_series(shared.clone(), start, deadline));
     // Bots end by themselves at the deadline (plus a close handshake); abort stragglers.
-    let hard_stop = deadline + cfg.connect_timeout + Duration::from_secs(5);
-    while let Ok(Some(res)) = tokio::time::timeout_at(hard_stop.into(), tasks.join_next()).await {
-        if let Err(e) = res {
-            tracing::warn!(error = %e, "bot task failed");
+    let grace = cfg.connect_timeout + Duration::from_secs(5);
+    let mut hard_stop = deadline + grace;
+    let mut stopped_early = false;
+    tokio::pin!(stop);
+    loop {
+        tokio::select! {
+            res = tasks.join_next() => match res {
+                None => break,
+                Some(Err(e)) => tracing::warn!(error = %e, "bot task failed"),
+                Some(Ok(())) => {}
+            },
+            () = &mut stop, if !stopped_early => {
+                stopped_early = true;
+                let _ = stop_tx.send(true);
+                hard_stop = hard_stop.min(Instant::now() + grace);
+            }
+            () = tokio::time::sleep_until(hard_stop.into()) => break,
         }
     }
     tasks.abort_all();
@@ -183,6 +210,7 @@ pub async fn run(cfg: LoadConfig) -> anyhow::Result<Report> {
         }
     };
     let connected = Counters::get(&c.ever_joined);
+    let not_started = Counters::get(&c.not_started);
     let (snapshot, seen_p, rtt, connect, resume) = st.with_total(|h| {
         (
             Percentiles::from_micros(h.get(Metric::SnapshotInterval)),
@@ -203,7 +231,9 @@ pub async fn run(cfg: LoadConfig) -> anyhow::Result<Report> {
         elapsed_s: elapsed.as_secs_f64(),
         bots_requested: cfg.bots as u64,
         bots_connected: connected,
-        bots_failed: (cfg.bots as u64).saturating_sub(connected),
+        bots_failed: (cfg.bots as u64).saturating_sub(connected + not_started),
+        bots_not_started: not_started,
+        stopped_early,
         bots_lost: Counters::get(&c.bots_lost),
         connect_failures: Counters::get(&c.connect_failures),
         connect_errors: keyed.connect_errors,
@@ -283,6 +313,8 @@ async fn sample_series(
         (start + Duration::from_secs(1)).into(),
         Duration::from_secs(1),
     );
+    // A slow scrape must not make the next points burst in: skip missed seconds instead.
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     let (mut last_down, mut last_up, mut last_frames) = (0u64, 0u64, 0u64);
     let mut last_at = start;
     let mut first_scrape: Option<prom::HistogramBuckets> = None;
@@ -359,7 +391,7 @@ async fn sample_series(
                 .map_or("-".into(), |v| format!("{v:.2}ms")),
         ));
         series.push(point);
-        if now >= deadline {
+        if now >= deadline || *shared.stop.borrow() {
             break;
         }
     }

@@ -100,7 +100,15 @@ fn main() -> anyhow::Result<()> {
         .worker_threads(2)
         .enable_all()
         .build()?;
-    let report = runtime.block_on(plaza_load::run(cfg))?;
+    let stop = async {
+        // On Ctrl-C the bots close normally and the report covers the time run.
+        if tokio::signal::ctrl_c().await.is_ok() {
+            eprintln!("interrupted: closing the bots and writing the report");
+        } else {
+            std::future::pending::<()>().await;
+        }
+    };
+    let report = runtime.block_on(plaza_load::run_with_stop(cfg, stop))?;
     println!("{}", report.summary());
     if let Some(path) = &args.report {
         let files = report.write_files(path)?;

@@ -57,8 +57,12 @@ pub struct Report {
     pub bots_requested: u64,
     /// Bots that joined their room at least once.
     pub bots_connected: u64,
-    /// Bots that never joined.
+    /// Bots that never joined (of those that were started).
     pub bots_failed: u64,
+    /// Bots whose ramp slot had not come when the run was stopped early.
+    pub bots_not_started: u64,
+    /// Whether the run was stopped before its duration (Ctrl-C).
+    pub stopped_early: bool,
     /// Bots that joined but ended the run disconnected against their will.
     pub bots_lost: u64,
     /// Failed connect / handshake attempts (including retries).

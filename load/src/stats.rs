@@ -96,6 +96,8 @@ pub(crate) struct Counters {
     pub(crate) connected: AtomicU64,
     /// Bots that joined at least once.
     pub(crate) ever_joined: AtomicU64,
+    /// Bots whose start time had not come when the run was stopped early.
+    pub(crate) not_started: AtomicU64,
     pub(crate) bots_lost: AtomicU64,
     pub(crate) connect_failures: AtomicU64,
     pub(crate) frames: AtomicU64,

@@ -317,6 +317,32 @@ async fn in_session_rejoin_counts_as_resume_and_stray_keyframes_are_counted() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stopping_early_closes_every_bot_and_still_reports() {
+    let (addr, fake) = start_fake(Faults::default()).await;
+    let mut cfg = config(addr, 6);
+    // A long run and a slow ramp (one bot every 50 s): stop once the first bot has joined.
+    cfg.duration = Duration::from_secs(600);
+    cfg.ramp = Some(Duration::from_secs(300));
+    let first_joined = async move {
+        // Bounded polling on the fake's join count (entity ids start at 1).
+        for _ in 0..3000 {
+            if fake.next_entity.load(Ordering::Relaxed) >= 2 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    };
+    let report = plaza_load::run_with_stop(cfg, first_joined).await.unwrap();
+    assert!(report.stopped_early);
+    assert!(report.elapsed_s < 600.0);
+    assert_eq!(report.bots_connected, 1, "{report:#?}");
+    assert_eq!(report.bots_not_started, 5);
+    assert_eq!(report.bots_failed, 0);
+    assert_eq!(report.bots_lost, 0);
+    assert_eq!(report.close_codes.total(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn refused_joins_count_as_failed_bots_with_their_close_code() {
     let (addr, _fake) = start_fake(Faults {
         refuse_join_with: Some(4005),
