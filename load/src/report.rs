@@ -164,7 +164,8 @@ pub struct WrittenFiles {
 
 impl Report {
     /// Writes the JSON to `json_path`, the Markdown summary beside it (`<stem>.md`), and the PNG
-    /// plots (`<stem>-<name>.png`). A failed plot is reported as an error after the rest.
+    /// plots (`<stem>-<name>.png`). A failed plot is reported as an error after the JSON and the
+    /// Markdown are written.
     pub fn write_files(&self, json_path: &Path) -> anyhow::Result<WrittenFiles> {
         if let Some(dir) = json_path.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir)?;
@@ -174,13 +175,16 @@ impl Report {
             .file_stem()
             .map_or_else(|| "report".into(), |s| s.to_string_lossy().into_owned());
         let sibling = |suffix: &str| json_path.with_file_name(format!("{stem}{suffix}"));
-        let plots = crate::plot::write_plots(self, &sibling)?;
+        // The Markdown summary is written even when plotting fails; the plot error comes last.
+        let plotted = crate::plot::write_plots(self, &sibling);
+        let plots = plotted.as_ref().map_or_else(|_| Vec::new(), Clone::clone);
         let markdown = sibling(".md");
         let names: Vec<String> = plots
             .iter()
             .filter_map(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
             .collect();
         std::fs::write(&markdown, self.to_markdown(&names))?;
+        plotted?;
         Ok(WrittenFiles {
             json: json_path.to_owned(),
             markdown,
