@@ -21,6 +21,7 @@ pub mod queue;
 pub mod resume;
 pub mod router;
 pub mod session;
+mod trace;
 
 use std::net::SocketAddr;
 use std::sync::Arc;

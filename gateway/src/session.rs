@@ -18,6 +18,7 @@ use prost::Message as _;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_stream::wrappers::ReceiverStream;
+use tracing::Instrument as _;
 
 use crate::Shared;
 use crate::close::CloseCode;
@@ -32,8 +33,9 @@ pub(crate) async fn run(socket: WebSocket, shared: Arc<Shared>) {
     let writer = tokio::spawn(writer(sink, queue.clone(), shared.clone()));
     shared.metrics.sessions.inc();
     let mut s = Session::new(shared.clone(), queue.clone());
-    let code = s.run(&mut stream).await;
-    s.finish(code).await;
+    let span = tracing::info_span!("session", session_id = tracing::field::Empty);
+    let code = s.run(&mut stream).instrument(span.clone()).await;
+    s.finish(code).instrument(span).await;
     shared.metrics.sessions.dec();
     shared.metrics.close(code);
     // The writer sends the close frame and exits; a dead socket ends it sooner.
@@ -248,6 +250,7 @@ impl Session {
                 self.send_negotiated(v);
             }
         }
+        tracing::Span::current().record("session_id", self.session_id);
         tracing::debug!(session = self.session_id, wallet = %self.wallet, "negotiated");
         Ok(())
     }
@@ -550,8 +553,12 @@ impl Session {
         tx.try_send(req)
             .map_err(|_| AttachFail::Retry("channel".into()))?;
         let mut client = route.client.clone();
+        let span = tracing::info_span!("gateway.attach", room, node = %route.node_id, resume);
+        let mut req = tonic::Request::new(ReceiverStream::new(rx));
+        span.in_scope(|| crate::trace::inject(&mut req));
         let resp = client
-            .attach(ReceiverStream::new(rx))
+            .attach(req)
+            .instrument(span)
             .await
             .map_err(|s| match s.code() {
                 tonic::Code::InvalidArgument => AttachFail::Invalid(s.message().to_owned()),

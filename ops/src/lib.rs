@@ -9,6 +9,7 @@
 
 pub mod admin;
 pub mod config;
+pub mod telemetry;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -155,13 +156,4 @@ fn boot_era() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64)
-}
-
-/// Installs the tracing subscriber (`RUST_LOG` overrides `telemetry.log`).
-pub fn init_tracing(cfg: &PlazaConfig) {
-    use tracing_subscriber::EnvFilter;
-    let filter = EnvFilter::try_from_default_env()
-        .or_else(|_| EnvFilter::try_new(&cfg.telemetry.log))
-        .unwrap_or_else(|_| EnvFilter::new("info"));
-    let _ = tracing_subscriber::fmt().with_env_filter(filter).try_init();
 }

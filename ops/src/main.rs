@@ -109,7 +109,12 @@ fn main() -> anyhow::Result<()> {
 }
 
 async fn run(cfg: PlazaConfig, roles: Roles) -> anyhow::Result<()> {
-    plaza_ops::init_tracing(&cfg);
+    let service = match roles {
+        Roles::All => "plaza",
+        Roles::Node => "plaza-node",
+        Roles::Gateway => "plaza-gateway",
+    };
+    let telemetry = plaza_ops::telemetry::init(&cfg, service)?;
     let plaza = Plaza::start(&cfg, roles).await?;
     if let Some(a) = plaza.ws_addr() {
         tracing::info!("clients: ws://{a}/v1/ws");
@@ -122,6 +127,7 @@ async fn run(cfg: PlazaConfig, roles: Roles) -> anyhow::Result<()> {
     tracing::info!("shutting down");
     plaza.shutdown().await;
     tracing::info!("stopped");
+    telemetry.shutdown();
     Ok(())
 }
 

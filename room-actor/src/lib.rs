@@ -13,6 +13,7 @@ pub mod metrics;
 pub mod room;
 pub mod rooms;
 pub mod service;
+mod trace;
 
 use std::net::SocketAddr;
 use std::sync::Arc;

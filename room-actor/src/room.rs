@@ -10,11 +10,11 @@
 //! channel drops the frame and asks the room for a keyframe for that session, so a slow gateway
 //! gets the latest state instead of an ever-growing queue.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
-use plaza_directory::{DirectoryError, Epoch, PresenceEntry, SharedDirectory, Sources};
+use plaza_directory::{Epoch, PresenceEntry, Renewal, RoomLease, SharedDirectory, Sources};
 use plaza_proto::node::{self, NodeOutbound, node_outbound};
 use plaza_proto::pb::{self, client_envelope, server_envelope};
 use plaza_proto::quant::Pose;
@@ -25,6 +25,7 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
+use crate::EventLog;
 use crate::metrics::{NodeMetrics, ReasonLabel};
 
 /// How a room actor runs (the simulation parameters live in [`plaza_room_core::RoomConfig`]).
@@ -99,10 +100,18 @@ pub struct RoomArgs {
     pub directory: SharedDirectory,
     /// This node's id.
     pub node_id: String,
-    /// The placement epoch this activation holds.
+    /// The placement epoch this activation holds (at activation; see [`Activation::epoch`]).
     pub epoch: Epoch,
-    /// Placement lease TTL; the room renews it at a third of it and stops if it is lost.
-    pub lease_ttl: Duration,
+    /// The claimed placement lease; the room's directory writer renews it, stops committing
+    /// before it can lapse, stops the room if it is lost, and releases it after the room.
+    pub lease: RoomLease,
+    /// Members and current epoch, shared with the supervisor (drain handoffs).
+    pub activation: Arc<Activation>,
+    /// Where activations and directory commits are logged (may be disabled).
+    pub events: EventLog,
+    /// The handoff snapshot the previous activation left (a drain), if any: an encoded
+    /// `plaza.node.v1.HandoffSnapshot`, for the room to restore.
+    pub handoff: Option<Vec<u8>>,
 }
 
 /// The room actor (behaviour only; state is [`RoomState`]).
@@ -195,11 +204,12 @@ impl Actor for RoomActor {
             directory: args.directory.clone(),
             room: args.room_id.clone(),
             node: args.node_id.clone(),
-            epoch: args.epoch,
+            lease: args.lease.clone(),
             presence_ttl: args.cfg.presence_ttl,
-            lease_ttl: args.lease_ttl,
             metrics: args.metrics.clone(),
             actor: myself.clone(),
+            activation: args.activation.clone(),
+            events: args.events.clone(),
         });
         args.metrics.rooms.inc();
         Ok(RoomState {
@@ -401,6 +411,7 @@ impl RoomState {
                     body: Some(node_outbound::Body::Ack(node::AttachAck {
                         entity_id: entity,
                         epoch: self.epoch.counter,
+                        era: self.epoch.era,
                         node_id: self.node_id.clone(),
                     })),
                     droppable: false,
@@ -574,80 +585,192 @@ impl RoomState {
     }
 }
 
+/// What a room activation's directory writer shares with the supervisor: the members it has
+/// registered (wallet → entity) and the epoch it commits under (a reclaim after the store lost
+/// its data changes it). The supervisor reads it for drain handoffs.
+#[derive(Debug)]
+pub struct Activation {
+    members: std::sync::Mutex<BTreeMap<String, u32>>,
+    epoch: std::sync::Mutex<Epoch>,
+}
+
+impl Activation {
+    /// A fresh activation under `epoch`.
+    pub fn new(epoch: Epoch) -> Self {
+        Self {
+            members: std::sync::Mutex::new(BTreeMap::new()),
+            epoch: std::sync::Mutex::new(epoch),
+        }
+    }
+
+    /// The members whose presence the room has registered, sorted by wallet.
+    pub fn members(&self) -> Vec<(String, u32)> {
+        let g = self.members.lock().unwrap_or_else(|e| e.into_inner());
+        g.iter().map(|(w, e)| (w.clone(), *e)).collect()
+    }
+
+    /// The epoch the activation commits under now.
+    pub fn epoch(&self) -> Epoch {
+        *self.epoch.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn set_member(&self, wallet: &str, entity: Option<u32>) {
+        let mut g = self.members.lock().unwrap_or_else(|e| e.into_inner());
+        match entity {
+            Some(e) => {
+                g.insert(wallet.to_owned(), e);
+            }
+            None => {
+                g.remove(wallet);
+            }
+        }
+    }
+
+    fn set_epoch(&self, epoch: Epoch) {
+        *self.epoch.lock().unwrap_or_else(|e| e.into_inner()) = epoch;
+    }
+}
+
 /// What the room's directory task needs.
 struct DirectoryWriter {
     directory: SharedDirectory,
     room: String,
     node: String,
-    epoch: Epoch,
+    lease: RoomLease,
     presence_ttl: Duration,
-    lease_ttl: Duration,
     metrics: NodeMetrics,
     actor: ActorRef<RoomMsg>,
+    activation: Arc<Activation>,
+    events: EventLog,
 }
 
 /// Spawns the room's directory task: presence writes in order, presence and placement lease
-/// renewal. A lost lease (stale epoch) stops the room: single activation wins over liveness.
+/// renewal, and the lease release once the room is gone (after its last presence write).
+///
+/// Single activation over liveness: a write is sent only while [`RoomLease::may_commit`]
+/// (the local deadline ends a safety margin before the store's lease can lapse); a write that
+/// cannot be committed is skipped (the member map still records it, so a reclaim re-registers
+/// it). A lost lease (another epoch holds the room) stops the room. A room whose placement
+/// vanished (Redis restarted empty, or the lease lapsed unclaimed) is reclaimed under a new
+/// epoch and every member's presence is registered again.
 fn spawn_directory_writer(w: DirectoryWriter) -> mpsc::UnboundedSender<PresenceOp> {
     let (tx, mut rx) = mpsc::unbounded_channel::<PresenceOp>();
-    let dir: Arc<dyn plaza_directory::Directory> = w.directory;
-    let (room, node, epoch, metrics) = (w.room, w.node, w.epoch, w.metrics);
+    let DirectoryWriter {
+        directory: dir,
+        room,
+        node,
+        mut lease,
+        presence_ttl,
+        metrics,
+        actor,
+        activation,
+        events,
+    } = w;
     tokio::spawn(async move {
-        let presence_ttl_ms = w.presence_ttl.as_millis() as u64;
-        let lease_ttl_ms = w.lease_ttl.as_millis() as u64;
-        let mut renew = tokio::time::interval(w.presence_ttl.min(w.lease_ttl) / 3);
-        renew.tick().await;
+        let presence_ttl_ms = presence_ttl.as_millis() as u64;
+        let period = lease.renew_every().min(presence_ttl / 3);
+        let mut renew = tokio::time::interval_at(Instant::now() + period, period);
+        renew.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let register = |wallet: String, entity: u32, epoch: Epoch| {
+            let dir = dir.clone();
+            let entry = PresenceEntry {
+                wallet,
+                entity,
+                room: room.clone(),
+                sources: Sources::ROOM,
+                node: node.clone(),
+                profile_version: 0,
+                lease_until_ms: 0,
+            };
+            async move { dir.presence_register(entry, epoch, presence_ttl_ms).await }
+        };
         loop {
             tokio::select! {
                 op = rx.recv() => {
                     let Some(op) = op else { break };
+                    let (what, wallet) = match &op {
+                        PresenceOp::Register { wallet, entity } => {
+                            activation.set_member(wallet, Some(*entity));
+                            ("register", wallet.clone())
+                        }
+                        PresenceOp::Release { wallet } => {
+                            activation.set_member(wallet, None);
+                            ("release", wallet.clone())
+                        }
+                    };
+                    if !lease.may_commit() {
+                        metrics.placement("commit_withheld");
+                        continue;
+                    }
+                    let epoch = lease.epoch();
+                    let sent = unix_ms();
                     let res = match op {
-                        PresenceOp::Register { wallet, entity } => dir
-                            .presence_register(
-                                PresenceEntry {
-                                    wallet,
-                                    entity,
-                                    room: room.clone(),
-                                    sources: Sources::ROOM,
-                                    node: node.clone(),
-                                    profile_version: 0,
-                                    lease_until_ms: 0,
-                                },
-                                epoch,
-                                presence_ttl_ms,
-                            )
-                            .await
-                            .map(|_| ()),
+                        PresenceOp::Register { wallet, entity } => {
+                            register(wallet, entity, epoch).await
+                        }
                         PresenceOp::Release { wallet } => dir
                             .presence_release(&wallet, Sources::ROOM, epoch)
                             .await
                             .map(|_| ()),
                     };
-                    if let Err(e) = res {
-                        tracing::warn!(room = %room, error = %e, "presence write failed");
-                        metrics.directory_error(e.code());
+                    match res {
+                        Ok(()) => events.commit(&room, epoch, sent, unix_ms(), what),
+                        Err(e) => {
+                            tracing::warn!(room = %room, wallet, error = %e, "presence write failed");
+                            metrics.directory_error(e.code());
+                        }
                     }
                 }
                 _ = renew.tick() => {
-                    match dir.renew(&room, &node, epoch, lease_ttl_ms).await {
-                        Ok(_) => {}
-                        Err(e @ (DirectoryError::StaleEpoch { .. } | DirectoryError::NotOwner)) => {
+                    match lease.renew_or_reclaim(&*dir).await {
+                        Ok(Renewal::Renewed) => {
+                            let epoch = lease.epoch();
+                            let sent = unix_ms();
+                            match dir.presence_renew(&node, &room, epoch, presence_ttl_ms).await {
+                                Ok(_) => events.commit(&room, epoch, sent, unix_ms(), "renew"),
+                                Err(e) => {
+                                    tracing::warn!(room = %room, error = %e, "presence renew failed");
+                                    metrics.directory_error(e.code());
+                                }
+                            }
+                        }
+                        Ok(Renewal::Reclaimed { old }) => {
+                            let epoch = lease.epoch();
+                            tracing::warn!(room = %room, %old, new = %epoch,
+                                "placement vanished (store lost its data?); room reclaimed");
+                            metrics.placement("reclaimed");
+                            events.activate(&room, epoch, &node);
+                            activation.set_epoch(epoch);
+                            for (wallet, entity) in activation.members() {
+                                if !lease.may_commit() {
+                                    break;
+                                }
+                                let sent = unix_ms();
+                                match register(wallet, entity, epoch).await {
+                                    Ok(()) => events.commit(&room, epoch, sent, unix_ms(), "register"),
+                                    Err(e) => metrics.directory_error(e.code()),
+                                }
+                            }
+                        }
+                        Err(e) if e.is_fenced() => {
                             tracing::error!(room = %room, error = %e, "placement lease lost; stopping the room");
                             metrics.placement("lease_lost");
-                            w.actor.stop(Some("lease lost".into()));
-                            break;
+                            actor.stop(Some("lease lost".into()));
+                            return;
                         }
                         Err(e) => {
                             tracing::warn!(room = %room, error = %e, "lease renew failed");
                             metrics.directory_error(e.code());
                         }
                     }
-                    if let Err(e) = dir.presence_renew(&node, &room, epoch, presence_ttl_ms).await {
-                        tracing::warn!(room = %room, error = %e, "presence renew failed");
-                        metrics.directory_error(e.code());
-                    }
                 }
             }
+        }
+        // The room is gone and its last presence writes are done: give the lease up.
+        let epoch = lease.epoch();
+        match lease.release(&*dir).await {
+            Ok(()) => events.release(&room, epoch, &node),
+            Err(e) => metrics.directory_error(e.code()),
         }
     });
     tx

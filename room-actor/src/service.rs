@@ -14,6 +14,8 @@ use tokio::sync::mpsc;
 use tokio_stream::StreamExt as _;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
+use tracing::Instrument as _;
+use tracing_opentelemetry::OpenTelemetrySpanExt as _;
 
 use crate::room::RoomMsg;
 use crate::rooms::{Rooms, RoomsError};
@@ -70,7 +72,30 @@ impl RoomHost for RoomHostService {
         &self,
         request: Request<Streaming<NodeInbound>>,
     ) -> Result<Response<Self::AttachStream>, Status> {
-        let mut inbound = request.into_inner();
+        let parent = crate::trace::extract(request.metadata());
+        let span = tracing::info_span!("node.attach", node = %self.node_id);
+        let _ = span.set_parent(parent);
+        self.attach_inner(request.into_inner())
+            .instrument(span)
+            .await
+    }
+
+    async fn status(&self, _req: Request<StatusRequest>) -> Result<Response<StatusReply>, Status> {
+        let rooms = self.rooms.list().await;
+        Ok(Response::new(StatusReply {
+            node_id: self.node_id.clone(),
+            rooms: rooms.len() as u32,
+            sessions: self.metrics.sessions.get().max(0) as u32,
+            draining: self.draining.load(std::sync::atomic::Ordering::Relaxed),
+        }))
+    }
+}
+
+impl RoomHostService {
+    async fn attach_inner(
+        &self,
+        mut inbound: Streaming<NodeInbound>,
+    ) -> Result<Response<OutStream>, Status> {
         let first = inbound
             .message()
             .await?
@@ -101,7 +126,7 @@ impl RoomHost for RoomHostService {
             tx,
         })
         .map_err(|_| Status::unavailable("room stopped; retry"))?;
-        tracing::debug!(room = %attach.room_id, session, node = %self.node_id, "session attached");
+        tracing::info!(room = %attach.room_id, session, resume = attach.resume, "session attached");
 
         // Forward the rest of the inbound stream to the room.
         tokio::spawn(async move {
@@ -130,16 +155,6 @@ impl RoomHost for RoomHostService {
         });
         let out = ReceiverStream::new(rx).map(Ok::<_, Status>);
         Ok(Response::new(Box::pin(out)))
-    }
-
-    async fn status(&self, _req: Request<StatusRequest>) -> Result<Response<StatusReply>, Status> {
-        let rooms = self.rooms.list().await;
-        Ok(Response::new(StatusReply {
-            node_id: self.node_id.clone(),
-            rooms: rooms.len() as u32,
-            sessions: self.metrics.sessions.get().max(0) as u32,
-            draining: self.draining.load(std::sync::atomic::Ordering::Relaxed),
-        }))
     }
 }
 
