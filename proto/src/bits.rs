@@ -26,6 +26,7 @@ pub trait BitSink {
     }
 
     /// Appends one bit.
+    #[inline]
     fn bit(&mut self, b: bool) {
         self.put(u64::from(b), 1);
     }
@@ -54,6 +55,7 @@ pub trait BitSink {
     }
 
     /// Appends a signed value as a zigzag Exp-Golomb code of order `k`.
+    #[inline]
     fn seg(&mut self, v: i64, k: u32) {
         self.eg(zigzag(v), k);
     }

@@ -1048,6 +1048,8 @@ impl FrameEncoder {
                 let h = &self.model[p.model_idx as usize];
                 write_change(&mut c, h, p.mask, &p.pose, p.tier, tick);
                 p.bits = c.bits as u32;
+                // Bigger moves cost more bits and matter more: small ones wait first.
+                p.prio = p.prio.saturating_add((p.bits / 16).min(8));
                 total += c.bits;
             }
             let allowed = (self.credit.max(0) as u64) * 8;
@@ -1379,6 +1381,12 @@ impl FrameDecoder {
 
     fn find(&self, id: u32) -> Option<usize> {
         self.held.binary_search_by_key(&id, |h| h.rec.id).ok()
+    }
+
+    /// The tick of the frame that last brought `id`'s position, velocity or yaw: when its held
+    /// pose was measured (older than the last frame's tick for a far or deferred entity).
+    pub fn pose_tick(&self, id: u32) -> Option<u32> {
+        self.find(id).map(|i| self.held[i].pose_tick)
     }
 
     /// Every held record, by id.

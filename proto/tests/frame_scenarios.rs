@@ -263,6 +263,7 @@ fn far_tier_pose_goes_on_its_turn_but_a_stop_goes_at_once() {
     assert!(steady.windows(2).all(|w| w[1] - w[0] == 8), "{steady:?}");
     assert!(sent.contains(&37));
     assert_eq!(dec.tier(3), Some(3));
+    assert_eq!(dec.pose_tick(3), Some(37));
 }
 
 #[test]
