@@ -922,8 +922,8 @@ impl FrameEncoder {
     }
 
     /// Encode the frame for `tick` from what this client should now hold. `visible` is sorted by
-    /// id, no duplicates (out-of-order or duplicate entries are skipped). Appends to `out`. The
-    /// first frame is always a keyframe.
+    /// id, no duplicates (debug builds assert it; release builds skip out-of-order entries).
+    /// Appends to `out`. The first frame is always a keyframe.
     pub fn encode(
         &mut self,
         tick: u32,
@@ -931,6 +931,10 @@ impl FrameEncoder {
         visible: &[Visible<'_>],
         out: &mut Vec<u8>,
     ) -> EncodeStats {
+        debug_assert!(
+            visible.windows(2).all(|w| w[0].record.id < w[1].record.id),
+            "visible must be sorted by id without duplicates"
+        );
         let keyframe = !self.started || self.key_requested;
         self.started = true;
         self.key_requested = false;
