@@ -292,7 +292,7 @@ fn groups(old: &QuantPose, new: &QuantPose) -> u8 {
     mask
 }
 
-fn state_hash(held: &[Held], own: Option<&OwnState>) -> u32 {
+fn state_hash<'a>(held: impl Iterator<Item = &'a Held>, own: Option<&OwnState>) -> u32 {
     let mut h = FNV_OFFSET;
     for e in held {
         fnv_feed(&mut h, &e.rec.id.to_le_bytes());
@@ -911,7 +911,7 @@ impl FrameEncoder {
 
     /// The FNV-1a check of what the client holds after the last frame.
     pub fn held_check(&self) -> u32 {
-        state_hash(&self.model, self.own.as_ref())
+        state_hash(self.model.iter(), self.own.as_ref())
     }
 
     fn per_frame_budget(&self) -> i64 {
@@ -1184,7 +1184,7 @@ impl FrameEncoder {
             _ => {}
         }
         if check {
-            let h = state_hash(&self.model, self.own.as_ref());
+            let h = state_hash(self.model.iter(), self.own.as_ref());
             out[check_at..check_at + 4].copy_from_slice(&h.to_le_bytes());
         }
         self.seq = seq;
@@ -1239,6 +1239,7 @@ pub struct FrameDecoder {
     next: Vec<Held>,
     tmp: Vec<Held>,
     sel: Vec<u32>,
+    patch: Vec<(u32, Held)>,
 }
 
 impl FrameDecoder {
@@ -1320,29 +1321,86 @@ impl FrameDecoder {
             out.removed.push(id);
             prev = i64::from(id);
         }
-        // Kept entities, in order; verify every removed id is held.
-        self.next.clear();
-        let mut k = 0;
-        for h in held {
-            if out.removed.get(k) == Some(&h.rec.id) {
-                k += 1;
-            } else {
-                self.next.push(*h);
+        // Without removals the changes are read into a patch list and, when nothing arrives
+        // either, committed in place (no copy of the held set).
+        let patching = out.removed.is_empty();
+        self.patch.clear();
+        if patching {
+            read_selection(&mut r, held.len(), &mut self.sel)?;
+            for &s in &self.sel {
+                let mut h = held[s as usize];
+                read_change(&mut r, &mut h, tick)?;
+                out.changed.push(h.rec.id);
+                self.patch.push((s, h));
+            }
+        } else {
+            // Kept entities, in order; verify every removed id is held.
+            self.next.clear();
+            let mut k = 0;
+            for h in held {
+                if out.removed.get(k) == Some(&h.rec.id) {
+                    k += 1;
+                } else {
+                    self.next.push(*h);
+                }
+            }
+            if k != out.removed.len() {
+                return Err(FrameError::Malformed("removed id not held"));
+            }
+            read_selection(&mut r, self.next.len(), &mut self.sel)?;
+            for &s in &self.sel {
+                let h = &mut self.next[s as usize];
+                read_change(&mut r, h, tick)?;
+                out.changed.push(h.rec.id);
             }
         }
-        if k != out.removed.len() {
-            return Err(FrameError::Malformed("removed id not held"));
-        }
-        read_selection(&mut r, self.next.len(), &mut self.sel)?;
-        for &s in &self.sel {
-            let h = &mut self.next[s as usize];
-            read_change(&mut r, h, tick)?;
-            out.changed.push(h.rec.id);
-        }
-        let kept = self.next.len();
+        let kept = if patching {
+            held.len()
+        } else {
+            self.next.len()
+        };
         let n_new = r.eg(0)?;
         if n_new as usize + kept > MAX_ENTITIES {
             return Err(FrameError::TooLarge);
+        }
+        if patching && n_new == 0 {
+            r.finish()?;
+            if let Some(expected) = check {
+                let patch = &self.patch;
+                let mut next_patch = patch.iter().peekable();
+                let overlay = held
+                    .iter()
+                    .enumerate()
+                    .map(|(i, h)| match next_patch.peek() {
+                        Some((s, p)) if *s as usize == i => {
+                            next_patch.next();
+                            p
+                        }
+                        _ => h,
+                    });
+                let got = state_hash(overlay, own.as_ref());
+                if got != expected {
+                    return Err(FrameError::CheckMismatch { expected, got });
+                }
+                out.checked = true;
+            }
+            if keyframe {
+                self.held.clear();
+            }
+            for (s, h) in &self.patch {
+                self.held[*s as usize] = *h;
+            }
+            self.own = own;
+            self.last_seq = Some(seq);
+            self.last_tick = tick;
+            return Ok(out);
+        }
+        if patching {
+            self.next.clear();
+            self.next.extend_from_slice(held);
+            for (s, h) in &self.patch {
+                self.next[*s as usize] = *h;
+            }
         }
         let mut prev = None;
         for _ in 0..n_new {
@@ -1359,7 +1417,7 @@ impl FrameDecoder {
             return Err(FrameError::Malformed("duplicate id"));
         }
         if let Some(expected) = check {
-            let got = state_hash(&self.next, own.as_ref());
+            let got = state_hash(self.next.iter(), own.as_ref());
             if got != expected {
                 return Err(FrameError::CheckMismatch { expected, got });
             }
@@ -1420,7 +1478,7 @@ impl FrameDecoder {
 
     /// The FNV-1a check of what the decoder holds (as a frame's check would carry it).
     pub fn check(&self) -> u32 {
-        state_hash(&self.held, self.own.as_ref())
+        state_hash(self.held.iter(), self.own.as_ref())
     }
 
     /// Forget everything (before a keyframe).
