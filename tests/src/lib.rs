@@ -9,7 +9,7 @@ use std::time::Duration;
 use futures_util::{SinkExt as _, StreamExt as _};
 use plaza_ops::config::PlazaConfig;
 use plaza_ops::{Plaza, Roles};
-use plaza_proto::frame::{DecodedFrame, FrameDecoder};
+use plaza_proto::frame::{DecodedFrame, FrameDecoder, FrameError};
 use plaza_proto::pb::{self, client_envelope, server_envelope};
 use prost::Message as _;
 use tokio::net::TcpStream;
@@ -87,6 +87,8 @@ pub struct Client {
     pub corrections: Vec<pb::Correction>,
     /// Frame decode failures (chain break, check mismatch, malformed).
     pub frame_errors: u32,
+    /// Resync requests sent after a frame failure.
+    pub resyncs: u32,
 }
 
 impl Client {
@@ -106,6 +108,7 @@ impl Client {
             errors: Vec::new(),
             corrections: Vec::new(),
             frame_errors: 0,
+            resyncs: 0,
         })
     }
 
@@ -241,7 +244,26 @@ impl Client {
                         server_envelope::Body::SnapshotFrame(f) => {
                             match self.decoder.apply(&f.frame) {
                                 Ok(d) => self.frames.push(d),
-                                Err(_) => self.frame_errors += 1,
+                                Err(e) => {
+                                    // A client that finds a break or a mismatch asks for a keyframe.
+                                    self.frame_errors += 1;
+                                    let reason = match e {
+                                        FrameError::CheckMismatch { .. } => {
+                                            pb::ResyncReason::CheckMismatch
+                                        }
+                                        FrameError::ChainBreak { .. } => {
+                                            pb::ResyncReason::ChainBreak
+                                        }
+                                        _ => pb::ResyncReason::DecodeError,
+                                    };
+                                    self.resyncs += 1;
+                                    let last = self.decoder.last_seq().unwrap_or(0);
+                                    self.send(client_envelope::Body::Resync(pb::Resync {
+                                        last_frame_seq: last,
+                                        reason: reason as i32,
+                                    }))
+                                    .await?;
+                                }
                             }
                         }
                         server_envelope::Body::Error(e) => self.errors.push(e.clone()),
