@@ -39,8 +39,48 @@ pub struct GatewayMetrics {
     pub resume_seconds: Histogram,
 }
 
+/// Outcomes of resume events, pre-created so dashboards see zero series.
+pub const RESUME_OUTCOMES: [&str; 5] = [
+    "resumed",
+    "reconnect",
+    "node_stream",
+    "failed",
+    "unknown_token",
+];
+
+/// Reasons client messages are dropped, pre-created.
+pub const DROP_REASONS: [&str; 5] = [
+    "rate_limited",
+    "not_joined",
+    "replayed_sequence",
+    "node_backlog",
+    "too_large",
+];
+
 impl Default for GatewayMetrics {
     fn default() -> Self {
+        let m = Self::empty();
+        for c in CloseCode::ALL {
+            let _ = m.closes.get_or_create(&Label {
+                reason: c.name().to_owned(),
+            });
+        }
+        for r in RESUME_OUTCOMES {
+            let _ = m.resumes.get_or_create(&Label {
+                reason: r.to_owned(),
+            });
+        }
+        for r in DROP_REASONS {
+            let _ = m.inputs_dropped.get_or_create(&Label {
+                reason: r.to_owned(),
+            });
+        }
+        m
+    }
+}
+
+impl GatewayMetrics {
+    fn empty() -> Self {
         Self {
             sessions: Gauge::default(),
             bytes_in: Counter::default(),
@@ -53,9 +93,7 @@ impl Default for GatewayMetrics {
             resume_seconds: Histogram::new(exponential_buckets(0.01, 2.0, 14)),
         }
     }
-}
 
-impl GatewayMetrics {
     /// Registers every metric in `registry`.
     pub fn register(&self, registry: &mut Registry) {
         let r = registry.sub_registry_with_prefix("plaza_gateway");

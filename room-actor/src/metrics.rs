@@ -53,8 +53,50 @@ pub struct NodeMetrics {
     pub directory_errors: Family<ReasonLabel, Counter>,
 }
 
+/// Placement and lifecycle events, pre-created so dashboards see zero series.
+pub const PLACEMENT_EVENTS: [&str; 6] = [
+    "activated",
+    "stopped",
+    "stopped_empty",
+    "failed",
+    "claim_refused",
+    "lease_lost",
+];
+
+/// Directory error codes, pre-created.
+pub const DIRECTORY_ERRORS: [&str; 6] = [
+    "stale_epoch",
+    "not_owner",
+    "unavailable",
+    "conflict",
+    "invalid",
+    "not_found",
+];
+
 impl Default for NodeMetrics {
     fn default() -> Self {
+        let m = Self::empty();
+        for r in plaza_room_core::RejectReason::ALL {
+            let _ = m.inputs_rejected.get_or_create(&ReasonLabel {
+                reason: r.code().to_owned(),
+            });
+        }
+        for e in PLACEMENT_EVENTS {
+            let _ = m.placement_events.get_or_create(&EventLabel {
+                event: e.to_owned(),
+            });
+        }
+        for e in DIRECTORY_ERRORS {
+            let _ = m.directory_errors.get_or_create(&ReasonLabel {
+                reason: e.to_owned(),
+            });
+        }
+        m
+    }
+}
+
+impl NodeMetrics {
+    fn empty() -> Self {
         Self {
             tick_duration: Histogram::new(exponential_buckets(0.000_05, 1.4, 24)),
             tick_overruns: Counter::default(),
@@ -70,9 +112,7 @@ impl Default for NodeMetrics {
             directory_errors: Family::default(),
         }
     }
-}
 
-impl NodeMetrics {
     /// Registers every metric in `registry`.
     pub fn register(&self, registry: &mut Registry) {
         let r = registry.sub_registry_with_prefix("plaza");

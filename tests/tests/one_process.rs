@@ -71,7 +71,13 @@ async fn fifty_clients_see_each_other_at_their_latest_positions() {
                         .iter()
                         .enumerate()
                         .filter(|(j, _)| *j != i)
-                        .map(|(j, e)| (j, c.decoder.get(*e).map(|r| r.pose.position_m()), targets[j]))
+                        .map(|(j, e)| {
+                            (
+                                j,
+                                c.decoder.get(*e).map(|r| r.pose.position_m()),
+                                targets[j],
+                            )
+                        })
                         .filter(|(_, seen, t)| {
                             !seen.is_some_and(|p| {
                                 (0..3).all(|k| (p[k] - t[k]).abs() <= POSITION_ERROR_M + 1e-4)
