@@ -150,6 +150,26 @@ impl<'a> BitReader<'a> {
 
     #[inline]
     fn refill(&mut self) {
+        if let Some(chunk) = self.data.get(self.pos..self.pos + 8) {
+            // Whole bytes that fit above the bits already held.
+            let take = (64 - self.n) / 8;
+            if take == 0 {
+                return;
+            }
+            let mut word = [0u8; 8];
+            word.copy_from_slice(chunk);
+            let w = u64::from_le_bytes(word);
+            let bits = take * 8;
+            let add = if bits == 64 {
+                w
+            } else {
+                w & ((1u64 << bits) - 1)
+            };
+            self.acc |= add << self.n;
+            self.n += bits;
+            self.pos += take as usize;
+            return;
+        }
         while self.n <= 56 {
             let Some(&b) = self.data.get(self.pos) else {
                 break;
@@ -202,6 +222,15 @@ impl<'a> BitReader<'a> {
         }
         if zeros >= self.n {
             return Err(FrameError::Truncated);
+        }
+        let len = 2 * zeros + 1 + k;
+        if len < 64 && len <= self.n {
+            // The whole code is in the accumulator.
+            let rest = (self.acc >> (zeros + 1)) & ((1u64 << zeros) - 1);
+            let low = (self.acc >> (2 * zeros + 1)) & ((1u64 << k) - 1);
+            self.acc >>= len;
+            self.n -= len;
+            return Ok((((1u64 << zeros) | rest) - 1) << k | low);
         }
         self.get(zeros + 1)?;
         let rest = if zeros > 32 {
@@ -289,6 +318,45 @@ mod tests {
             assert_eq!(r.bit().unwrap(), i % 2 == 0);
         }
         r.finish().unwrap();
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn arbitrary_code_sequences_round_trip(
+            ops in proptest::collection::vec((0u8..4, proptest::num::u64::ANY, 0u32..13), 0..200)
+        ) {
+            let value = |kind: u8, v: u64, k: u32| match kind {
+                0 => v & 1,
+                1 => v & 0xffff_ffff,
+                2 => v >> (17 + k),
+                _ => v >> (19 + k),
+            };
+            let mut buf = Vec::new();
+            let mut w = BitWriter::new(&mut buf);
+            let mut c = BitCounter::default();
+            for &(kind, v, k) in &ops {
+                let v = value(kind, v, k);
+                match kind {
+                    0 => { w.bit(v == 1); c.bit(v == 1); }
+                    1 => { w.put(v, 32); c.put(v, 32); }
+                    2 => { w.eg(v, k); c.eg(v, k); }
+                    _ => { w.seg(v as i64 - (1 << 40), k); c.seg(v as i64 - (1 << 40), k); }
+                }
+            }
+            w.finish();
+            proptest::prop_assert_eq!(c.bits.div_ceil(8), buf.len() as u64);
+            let mut r = BitReader::new(&buf);
+            for &(kind, v, k) in &ops {
+                let v = value(kind, v, k);
+                match kind {
+                    0 => proptest::prop_assert_eq!(r.bit().unwrap(), v == 1),
+                    1 => proptest::prop_assert_eq!(r.get(32).unwrap(), v),
+                    2 => proptest::prop_assert_eq!(r.eg(k).unwrap(), v),
+                    _ => proptest::prop_assert_eq!(r.seg(k).unwrap(), v as i64 - (1 << 40)),
+                }
+            }
+            proptest::prop_assert!(r.finish().is_ok());
+        }
     }
 
     #[test]
