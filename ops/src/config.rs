@@ -75,6 +75,7 @@ pub struct NodeSection {
     pub lease_ttl_ms: u64,
     pub heartbeat_ttl_ms: u64,
     pub session_queue: usize,
+    pub event_log: String,
 }
 
 /// A room's capacity tier.
@@ -111,6 +112,7 @@ pub struct RoomSection {
 pub struct DirectorySection {
     pub redis_url: String,
     pub key_prefix: String,
+    pub sweep_interval_ms: u64,
 }
 
 /// `[telemetry]`
@@ -270,6 +272,9 @@ impl PlazaConfig {
         if n.lease_ttl_ms < 1000 || n.heartbeat_ttl_ms < 1000 {
             return bad("node.lease_ttl_ms", "leases must be >= 1000 ms");
         }
+        if !(10..=3_600_000).contains(&self.directory.sweep_interval_ms) {
+            return bad("directory.sweep_interval_ms", "must be 10..=3600000");
+        }
         Ok(())
     }
 
@@ -311,6 +316,8 @@ impl PlazaConfig {
             lease_ttl: Duration::from_millis(n.lease_ttl_ms),
             heartbeat_ttl: Duration::from_millis(n.heartbeat_ttl_ms),
             session_queue: n.session_queue,
+            unique_id: true,
+            event_log: (!n.event_log.is_empty()).then(|| n.event_log.clone().into()),
         }
     }
 

@@ -15,7 +15,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use plaza_directory::{MemoryDirectory, RedisDirectory, RedisOptions, SharedDirectory};
+use plaza_directory::{MemoryDirectory, RedisDirectory, RedisOptions, SharedDirectory, Sweeper};
 use plaza_gateway::Gateway;
 use plaza_gateway::metrics::GatewayMetrics;
 use plaza_room_actor::Node;
@@ -42,6 +42,9 @@ pub struct Plaza {
     node: Option<Node>,
     admin: Admin,
     directory: SharedDirectory,
+    /// Deletes expired directory records every `directory.sweep_interval_ms` (every role runs
+    /// one: sweeps are idempotent, so several sweepers only cost a little Redis time).
+    _sweeper: Sweeper,
 }
 
 impl std::fmt::Debug for Plaza {
@@ -82,6 +85,10 @@ impl Plaza {
         } else {
             None
         };
+        let sweeper = Sweeper::spawn(
+            directory.clone(),
+            Duration::from_millis(cfg.directory.sweep_interval_ms),
+        );
         let state = Arc::new(AdminState::new(registry, directory.clone()));
         let admin = Admin::start(cfg.admin.listen, state).await?;
         admin.set_ready(true);
@@ -90,6 +97,7 @@ impl Plaza {
             node,
             admin,
             directory,
+            _sweeper: sweeper,
         })
     }
 
@@ -116,6 +124,16 @@ impl Plaza {
     /// The node, if this process runs one.
     pub fn node(&self) -> Option<&Node> {
         self.node.as_ref()
+    }
+
+    /// Drains the node role (if any): no new rooms, every room handed off to another node and
+    /// its sessions moved there by the gateways; waits at most `timeout` for the node to empty.
+    /// Returns how many rooms were handed off. Call [`Plaza::shutdown`] afterwards.
+    pub async fn drain(&self, timeout: Duration) -> usize {
+        match &self.node {
+            Some(n) => n.drain(timeout).await,
+            None => 0,
+        }
     }
 
     /// Orderly shutdown: not ready; stop accepting and close sessions with going-away; stop

@@ -7,7 +7,9 @@
 //! * [`service`]: the `RoomHost` gRPC service.
 //! * [`metrics`]: the node's Prometheus metrics.
 //! * this module: [`Node`], which binds the gRPC listener, registers in the directory and
-//!   heartbeats, and shuts everything down in order.
+//!   heartbeats, drains (hands rooms off to other nodes) and shuts everything down in order;
+//!   [`EventLog`], the optional log of room activations and directory commits that cluster tests
+//!   check for single activation.
 
 pub mod metrics;
 pub mod room;
@@ -15,12 +17,14 @@ pub mod rooms;
 pub mod service;
 mod trace;
 
+use std::io::Write as _;
 use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
-use plaza_directory::{NodeInfo, SharedDirectory};
+use plaza_directory::{Epoch, NodeInfo, SharedDirectory};
 use plaza_proto::node::room_host_server::RoomHostServer;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
@@ -48,6 +52,11 @@ pub struct NodeConfig {
     pub heartbeat_ttl: Duration,
     /// Capacity of each session's outbound channel, frames.
     pub session_queue: usize,
+    /// Register as `<node_id>.<random boot id>` so a restarted process never renews (and
+    /// commits under) a lease its previous incarnation still holds.
+    pub unique_id: bool,
+    /// Append activations and directory commits to this file (see [`EventLog`]).
+    pub event_log: Option<PathBuf>,
 }
 
 impl Default for NodeConfig {
@@ -60,6 +69,8 @@ impl Default for NodeConfig {
             lease_ttl: Duration::from_secs(10),
             heartbeat_ttl: Duration::from_secs(10),
             session_queue: 64,
+            unique_id: true,
+            event_log: None,
         }
     }
 }
@@ -81,6 +92,14 @@ pub enum NodeError {
     /// Registration in the directory failed.
     #[error("directory: {0}")]
     Directory(#[from] plaza_directory::DirectoryError),
+    /// The event log could not be opened.
+    #[error("event log {path}: {source}")]
+    EventLog {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
 }
 
 /// A running node.
@@ -93,6 +112,9 @@ pub struct Node {
     heartbeat: JoinHandle<()>,
     directory: SharedDirectory,
     draining: Arc<AtomicBool>,
+    info: NodeInfo,
+    heartbeat_ttl_ms: u64,
+    metrics: NodeMetrics,
 }
 
 impl Node {
@@ -112,17 +134,30 @@ impl Node {
             addr: cfg.listen,
             source,
         })?;
+        let node_id = if cfg.unique_id {
+            format!("{}.{:08x}", cfg.node_id, rand_u32())
+        } else {
+            cfg.node_id.clone()
+        };
+        let events = match &cfg.event_log {
+            Some(path) => EventLog::open(path).map_err(|source| NodeError::EventLog {
+                path: path.clone(),
+                source,
+            })?,
+            None => EventLog::disabled(),
+        };
         let (rooms, _sup) = Rooms::start(RoomsArgs {
-            node_id: cfg.node_id.clone(),
+            node_id: node_id.clone(),
             room_cfg: cfg.room.clone(),
             metrics: metrics.clone(),
             directory: directory.clone(),
             lease_ttl: cfg.lease_ttl,
+            events,
         })
         .await?;
         let draining = Arc::new(AtomicBool::new(false));
         let svc = RoomHostService::new(
-            cfg.node_id.clone(),
+            node_id.clone(),
             rooms.clone(),
             cfg.session_queue,
             metrics.clone(),
@@ -150,7 +185,7 @@ impl Node {
         });
         let advertise = cfg.advertise.clone().unwrap_or_else(|| addr.to_string());
         let info = NodeInfo {
-            id: cfg.node_id.clone(),
+            id: node_id.clone(),
             addr: advertise,
             load: 0,
             draining: false,
@@ -159,6 +194,7 @@ impl Node {
         let ttl_ms = cfg.heartbeat_ttl.as_millis() as u64;
         directory.register_node(info.clone(), ttl_ms).await?;
         let heartbeat = {
+            let info = info.clone();
             let directory = directory.clone();
             let metrics = metrics.clone();
             let draining = draining.clone();
@@ -177,16 +213,19 @@ impl Node {
                 }
             })
         };
-        tracing::info!(node = %cfg.node_id, %addr, "room node listening");
+        tracing::info!(node = %node_id, %addr, "room node listening");
         Ok(Self {
             addr,
-            node_id: cfg.node_id,
+            node_id,
             rooms,
             shutdown,
             server,
             heartbeat,
             directory,
             draining,
+            info,
+            heartbeat_ttl_ms: ttl_ms,
+            metrics,
         })
     }
 
@@ -195,7 +234,7 @@ impl Node {
         self.addr
     }
 
-    /// This node's id.
+    /// This node's id as registered (with its boot suffix when `unique_id` is set).
     pub fn node_id(&self) -> &str {
         &self.node_id
     }
@@ -212,6 +251,36 @@ impl Node {
         self.rooms.set_draining(true);
     }
 
+    /// Drains the node: it takes no new rooms (and says so in the directory at once, so
+    /// placement skips it), hands every room off through the directory and stops it, then waits
+    /// (at most `timeout`) until no room and no session is left. Gateways move the sessions to
+    /// the rooms' next activations on other nodes. Returns how many rooms were handed off; call
+    /// [`Node::shutdown`] afterwards.
+    pub async fn drain(&self, timeout: Duration) -> usize {
+        self.set_draining();
+        let mut info = self.info.clone();
+        info.draining = true;
+        info.load = self.metrics.sessions.get().max(0) as u32;
+        if let Err(e) = self
+            .directory
+            .register_node(info, self.heartbeat_ttl_ms)
+            .await
+        {
+            tracing::warn!(error = %e, "could not mark the node draining");
+            self.metrics.directory_error(e.code());
+        }
+        let handed = self.rooms.drain().await;
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let empty = self.rooms.list().await.is_empty() && self.metrics.sessions.get() <= 0;
+            if empty || tokio::time::Instant::now() >= deadline {
+                tracing::info!(node = %self.node_id, handed, empty, "drain finished");
+                return handed;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
     /// Stops rooms and the server, deregisters from the directory.
     pub async fn shutdown(self) {
         self.set_draining();
@@ -224,4 +293,91 @@ impl Node {
             tracing::warn!(error = %e, "deregister failed");
         }
     }
+}
+
+/// A random `u32` from the std hasher's per-process random keys (no extra dependency).
+fn rand_u32() -> u32 {
+    use std::hash::{BuildHasher as _, Hasher as _};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos()),
+    );
+    h.finish() as u32
+}
+
+/// An append-only text log of room activations and directory commits, one line per event,
+/// for checking single activation across processes after a run. Disabled unless a path is
+/// given (`plaza node --event-log PATH`). Lines (times are Unix milliseconds):
+///
+/// ```text
+/// activate ROOM ERA.COUNTER NODE AT_MS
+/// commit ROOM ERA.COUNTER SENT_MS DONE_MS WHAT
+/// release ROOM ERA.COUNTER NODE AT_MS
+/// handoff ROOM ERA.COUNTER put|taken MEMBERS AT_MS
+/// ```
+///
+/// A `commit` is a directory write of the room that the directory accepted; it took effect at
+/// some instant in `[SENT_MS, DONE_MS]`. Writes are small synchronous appends (a diagnostic,
+/// not a hot path: a few lines per room per second).
+#[derive(Clone, Debug, Default)]
+pub struct EventLog {
+    file: Option<Arc<std::sync::Mutex<std::fs::File>>>,
+}
+
+impl EventLog {
+    /// A log that records nothing.
+    pub fn disabled() -> Self {
+        Self { file: None }
+    }
+
+    /// Appends to `path` (created if missing).
+    pub fn open(path: &Path) -> std::io::Result<Self> {
+        let f = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)?;
+        Ok(Self {
+            file: Some(Arc::new(std::sync::Mutex::new(f))),
+        })
+    }
+
+    /// A room activation under `epoch` on `node`.
+    pub fn activate(&self, room: &str, epoch: Epoch, node: &str) {
+        self.line(format_args!("activate {room} {epoch} {node} {}", now_ms()));
+    }
+
+    /// An accepted directory write of `room` under `epoch`.
+    pub fn commit(&self, room: &str, epoch: Epoch, sent_ms: u64, done_ms: u64, what: &str) {
+        self.line(format_args!(
+            "commit {room} {epoch} {sent_ms} {done_ms} {what}"
+        ));
+    }
+
+    /// The lease of `epoch` was given up.
+    pub fn release(&self, room: &str, epoch: Epoch, node: &str) {
+        self.line(format_args!("release {room} {epoch} {node} {}", now_ms()));
+    }
+
+    /// A handoff snapshot was stored (`put`) or taken over (`taken`).
+    pub fn handoff(&self, room: &str, epoch: Epoch, what: &str, members: usize) {
+        self.line(format_args!(
+            "handoff {room} {epoch} {what} {members} {}",
+            now_ms()
+        ));
+    }
+
+    fn line(&self, args: std::fmt::Arguments<'_>) {
+        let Some(f) = &self.file else { return };
+        let text = format!("{args}\n");
+        let mut g = f.lock().unwrap_or_else(|e| e.into_inner());
+        if let Err(e) = g.write_all(text.as_bytes()) {
+            tracing::warn!(error = %e, "event log write failed");
+        }
+    }
+}
+
+fn now_ms() -> u64 {
+    room::unix_ms()
 }

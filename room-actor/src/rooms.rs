@@ -4,18 +4,32 @@
 //! does not).
 //!
 //! Activation is single: before a room actor starts, the node claims the room's placement lease
-//! in the directory and the actor runs under that lease's fencing epoch.
+//! in the directory (a [`RoomLease`] whose holder stops committing [`LEASE_MARGIN_DIVISOR`]th of
+//! the TTL before the store's lease can lapse) and the actor runs under that lease's fencing
+//! epoch. The room's directory writer renews the lease and releases it after the room stopped.
+//!
+//! Drain ([`Rooms::drain`]): the supervisor takes no new rooms, stores each room's handoff
+//! snapshot (members with their entities; the room core's own state once it has one) in the
+//! directory under the room's epoch, and stops the room; its sessions' streams end, so gateways
+//! re-attach them to the room's next activation on another node, which takes the snapshot.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Duration;
 
-use plaza_directory::{DirectoryError, Epoch, SharedDirectory};
+use plaza_directory::{DirectoryError, RoomLease, SharedDirectory};
+use plaza_proto::node::{HandoffMember, HandoffSnapshot};
+use prost::Message as _;
 use ractor::{
     Actor, ActorCell, ActorId, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent,
 };
 
+use crate::EventLog;
 use crate::metrics::NodeMetrics;
-use crate::room::{RoomActor, RoomActorConfig, RoomArgs, RoomMsg};
+use crate::room::{Activation, RoomActor, RoomActorConfig, RoomArgs, RoomMsg};
+
+/// A room's holder stops committing `ttl / LEASE_MARGIN_DIVISOR` before its lease can lapse.
+pub const LEASE_MARGIN_DIVISOR: u32 = 5;
 
 /// Why a room could not be had.
 #[derive(Debug, thiserror::Error)]
@@ -51,6 +65,11 @@ pub enum RoomsMsg {
     },
     /// Take no new rooms from now on.
     SetDraining(bool),
+    /// Drain: take no new rooms, hand every room off and stop it; answers how many.
+    Drain {
+        /// Answer.
+        reply: RpcReplyPort<usize>,
+    },
 }
 
 /// Arguments of the supervisor.
@@ -65,6 +84,8 @@ pub struct RoomsArgs {
     pub directory: SharedDirectory,
     /// Placement lease TTL.
     pub lease_ttl: Duration,
+    /// Where activations and commits are logged.
+    pub events: EventLog,
 }
 
 /// The room supervisor actor.
@@ -74,7 +95,7 @@ pub struct RoomsSupervisor;
 #[derive(Debug)]
 struct LiveRoom {
     actor: ActorRef<RoomMsg>,
-    epoch: Epoch,
+    activation: Arc<Activation>,
 }
 
 /// The supervisor's state.
@@ -123,6 +144,11 @@ impl Actor for RoomsSupervisor {
                 let _ = reply.send(ids);
             }
             RoomsMsg::SetDraining(d) => state.draining = d,
+            RoomsMsg::Drain { reply } => {
+                state.draining = true;
+                let n = state.drain().await;
+                let _ = reply.send(n);
+            }
         }
         Ok(())
     }
@@ -164,64 +190,132 @@ impl RoomsState {
             return Err(RoomsError::Draining);
         }
         let a = &self.args;
-        let ttl_ms = a.lease_ttl.as_millis() as u64;
-        let placement = match a.directory.claim(room, &a.node_id, ttl_ms).await {
-            Ok(p) => p,
-            Err(DirectoryError::Conflict(_)) => {
-                a.metrics.placement("claim_refused");
-                return Err(RoomsError::PlacedElsewhere);
+        let margin = a.lease_ttl / LEASE_MARGIN_DIVISOR;
+        let lease =
+            match RoomLease::claim(&*a.directory, room, &a.node_id, a.lease_ttl, margin).await {
+                Ok(l) => l,
+                Err(DirectoryError::Conflict(_)) => {
+                    a.metrics.placement("claim_refused");
+                    return Err(RoomsError::PlacedElsewhere);
+                }
+                Err(e) => {
+                    a.metrics.directory_error(e.code());
+                    return Err(e.into());
+                }
+            };
+        let epoch = lease.epoch();
+        a.events.activate(room, epoch, &a.node_id);
+        // A drained room's previous activation left its state; older epochs only.
+        let handoff = match a.directory.take_handoff(room).await {
+            Ok(Some((e, bytes))) if e < epoch => {
+                a.metrics.placement("handoff_taken");
+                Some(bytes)
             }
+            Ok(_) => None,
             Err(e) => {
                 a.metrics.directory_error(e.code());
-                return Err(e.into());
+                None
             }
         };
+        if let Some(h) = &handoff {
+            let members = HandoffSnapshot::decode(h.as_slice()).map_or(0, |s| s.members.len());
+            tracing::info!(room, %epoch, members, "handoff snapshot taken over");
+            a.events.handoff(room, epoch, "taken", members);
+        }
+        let activation = Arc::new(Activation::new(epoch));
         let args = RoomArgs {
             room_id: room.to_owned(),
             cfg: a.room_cfg.clone(),
             metrics: a.metrics.clone(),
             directory: a.directory.clone(),
             node_id: a.node_id.clone(),
-            epoch: placement.epoch,
-            lease_ttl: a.lease_ttl,
+            epoch,
+            lease: lease.clone(),
+            activation: activation.clone(),
+            events: a.events.clone(),
+            handoff,
         };
-        let (actor, _join) = Actor::spawn_linked(None, RoomActor, args, supervisor)
-            .await
-            .map_err(|e| RoomsError::Spawn(e.to_string()))?;
-        tracing::info!(room, epoch = ?placement.epoch, "room activated");
+        let (actor, _join) = match Actor::spawn_linked(None, RoomActor, args, supervisor).await {
+            Ok(x) => x,
+            Err(e) => {
+                // The actor never ran: give the lease back at once.
+                if let Err(e) = lease.release(&*a.directory).await {
+                    a.metrics.directory_error(e.code());
+                }
+                return Err(RoomsError::Spawn(e.to_string()));
+            }
+        };
+        tracing::info!(room, %epoch, "room activated");
         a.metrics.placement("activated");
         self.by_actor.insert(actor.get_id(), room.to_owned());
         self.rooms.insert(
             room.to_owned(),
             LiveRoom {
                 actor: actor.clone(),
-                epoch: placement.epoch,
+                activation,
             },
         );
         Ok(actor)
+    }
+
+    /// Hands every room off and stops it; returns how many rooms were handed off.
+    async fn drain(&mut self) -> usize {
+        let mut n = 0;
+        let mut ids: Vec<&String> = self.rooms.keys().collect();
+        ids.sort();
+        for room in ids {
+            let live = &self.rooms[room];
+            let members = live.activation.members();
+            let snap = HandoffSnapshot {
+                room_id: room.clone(),
+                members: members
+                    .iter()
+                    .map(|(wallet, entity)| HandoffMember {
+                        wallet: wallet.clone(),
+                        entity: *entity,
+                    })
+                    .collect(),
+                room_state: Default::default(),
+            };
+            let epoch = live.activation.epoch();
+            match self
+                .args
+                .directory
+                .put_handoff(room, epoch, snap.encode_to_vec())
+                .await
+            {
+                Ok(()) => {
+                    n += 1;
+                    self.args.metrics.placement("handed_off");
+                    self.args
+                        .events
+                        .handoff(room, epoch, "put", snap.members.len());
+                }
+                Err(e) => {
+                    tracing::warn!(room, error = %e, "handoff snapshot not stored");
+                    self.args.metrics.directory_error(e.code());
+                }
+            }
+            tracing::info!(room, members = members.len(), "draining: room stops");
+            live.actor.stop(Some("draining".into()));
+        }
+        n
     }
 
     async fn forget(&mut self, cell: &ActorCell, event: &str, why: &str) {
         let Some(room) = self.by_actor.remove(&cell.get_id()) else {
             return;
         };
-        let Some(live) = self.rooms.remove(&room) else {
+        if self.rooms.remove(&room).is_none() {
             return;
-        };
+        }
         if event == "failed" {
             tracing::error!(room, why, "room actor failed; other rooms keep running");
         } else {
             tracing::info!(room, why, "room actor stopped");
         }
+        // The room's directory writer releases the lease after its last presence write.
         self.args.metrics.placement(event);
-        if let Err(e) = self
-            .args
-            .directory
-            .release(&room, &self.args.node_id, live.epoch)
-            .await
-        {
-            self.args.metrics.directory_error(e.code());
-        }
     }
 }
 
@@ -269,6 +363,22 @@ impl Rooms {
         {
             Ok(ractor::rpc::CallResult::Success(v)) => v,
             _ => Vec::new(),
+        }
+    }
+
+    /// Drains: no new rooms; every room's handoff snapshot is stored and the room stopped.
+    /// Returns how many rooms were handed off.
+    pub async fn drain(&self) -> usize {
+        match self
+            .actor
+            .call(
+                |reply| RoomsMsg::Drain { reply },
+                Some(Duration::from_secs(30)),
+            )
+            .await
+        {
+            Ok(ractor::rpc::CallResult::Success(n)) => n,
+            _ => 0,
         }
     }
 
