@@ -205,6 +205,7 @@ impl<'a> BitReader<'a> {
     }
 
     /// Reads an Exp-Golomb code of order `k` (see [`BitSink::eg`]).
+    #[inline]
     pub fn eg(&mut self, k: u32) -> Result<u64, FrameError> {
         if self.n <= MAX_EG_ZEROS {
             self.refill();
@@ -245,6 +246,7 @@ impl<'a> BitReader<'a> {
     }
 
     /// Reads a zigzag Exp-Golomb code of order `k`.
+    #[inline]
     pub fn seg(&mut self, k: u32) -> Result<i64, FrameError> {
         Ok(unzigzag(self.eg(k)?))
     }
