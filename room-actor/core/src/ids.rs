@@ -42,6 +42,26 @@ impl EntityIds {
         }
     }
 
+    /// Take `id` with `generation` (restoring a snapshot): it is no longer handed out until
+    /// freed. Ids between the highest handed out and `id` become free. Id 0 is ignored.
+    pub fn claim(&mut self, id: u32, generation: u16) {
+        if id == 0 {
+            return;
+        }
+        while self.next < id {
+            self.next += 1;
+            if self.next != id {
+                self.free.insert(self.next);
+            }
+        }
+        self.free.remove(&id);
+        let idx = id as usize;
+        if self.generations.len() <= idx {
+            self.generations.resize(idx + 1, 0);
+        }
+        self.generations[idx] = generation;
+    }
+
     /// The current generation of `id` (0 for an id never allocated).
     pub fn generation(&self, id: u32) -> u16 {
         self.generations.get(id as usize).copied().unwrap_or(0)
@@ -61,5 +81,15 @@ mod tests {
         assert_eq!(ids.allocate(), (1, 1));
         assert_eq!(ids.allocate(), (3, 0));
         assert_eq!(ids.generation(1), 1);
+    }
+
+    #[test]
+    fn claim_takes_an_exact_id() {
+        let mut ids = EntityIds::default();
+        ids.claim(3, 7);
+        assert_eq!(ids.generation(3), 7);
+        assert_eq!(ids.allocate(), (1, 0));
+        assert_eq!(ids.allocate(), (2, 0));
+        assert_eq!(ids.allocate(), (4, 0));
     }
 }

@@ -96,10 +96,8 @@ impl InterestIndex {
             if p.id == viewer {
                 continue;
             }
-            if let Some(b) = boundary {
-                if d2 > b {
-                    break;
-                }
+            if boundary.is_some_and(|b| d2 > b) {
+                break;
             }
             picked.push((d2, p.id));
             if picked.len() == cap && boundary.is_none() {

@@ -9,12 +9,27 @@
 //! # Layout
 //! * [`interest`]: nearest-N interest on an rstar R-tree, with distance tiers.
 //! * [`ids`]: entity id allocation with generations.
+//! * [`interactions`]: prop ownership (pickup, place, throw, drop) and props as entities.
+//! * [`consent`]: the consent state machine (requests between two members).
+//! * [`emotes`]: monotonic emote scheduling.
+//! * [`scene`]: lockstep scene actions with late joiners (seed 001).
+//! * [`events`]: the discrete events and refusals the room sends.
+//! * [`snapshot`]: a plain copy of the room's state for drain and restore.
 //! * this module: [`RoomConfig`], [`Room`], its inputs ([`Input`]) and outputs ([`Outbound`]).
 //!
-//! Joins, leaves and inputs are queued and applied at the next tick, in arrival order.
+//! Joins, leaves and inputs are queued and applied at the next tick, in arrival order. A step
+//! runs, in order: joins and leaves; movements (per member, in session order); every other
+//! input (interactions, consent, emotes, scenes) in the order the room received it across all
+//! members; consent timeouts; the physics step; the scenes' end-of-tick actions.
 
+pub mod consent;
+pub mod emotes;
+pub mod events;
 pub mod ids;
+pub mod interactions;
 pub mod interest;
+pub mod scene;
+pub mod snapshot;
 
 use std::collections::{BTreeMap, VecDeque};
 
@@ -22,8 +37,15 @@ use plaza_physics::{MoveClaim, PhysicsConfig, RoomDefinition, RoomPhysics};
 use plaza_proto::frame::{EncoderConfig, EntityRecord, FrameEncoder, OwnState, Visible};
 use plaza_proto::quant::{Pose, quantize};
 
+use crate::consent::{ConsentBook, ConsentConfig, ConsentOp, ConsentRequest, Party, Transition};
+use crate::emotes::{EmoteOutcome, EmoteRequest, Emotes};
+use crate::events::{EventBody, JsonObject, Refusal, RoomEvent};
 use crate::ids::EntityIds;
+use crate::interactions::{
+    Actor, DEFAULT_REACH_M, InteractionRequest, PROP_KIND, PropUpdate, Props, prop_entity,
+};
 use crate::interest::{DEFAULT_TIER_BANDS_M, InterestIndex, InterestSet};
+use crate::scene::{SceneConfig, SceneOp, SceneOut, Scenes};
 
 /// A session's id, issued by the gateway; unique within the cluster.
 pub type SessionId = u64;
@@ -81,6 +103,12 @@ pub struct RoomConfig {
     pub definition: RoomDefinition,
     /// Physics and movement-validation parameters.
     pub physics: PhysicsConfig,
+    /// How far a member reaches to pick up or place a prop, metres (from its capsule centre).
+    pub reach_m: f32,
+    /// Consent timeouts and limits.
+    pub consent: ConsentConfig,
+    /// Lockstep scene limits.
+    pub scene: SceneConfig,
 }
 
 impl Default for RoomConfig {
@@ -98,6 +126,9 @@ impl Default for RoomConfig {
             max_pending_inputs: 32,
             definition: RoomDefinition::default_plaza(),
             physics: PhysicsConfig::default(),
+            reach_m: DEFAULT_REACH_M,
+            consent: ConsentConfig::default(),
+            scene: SceneConfig::default(),
         }
     }
 }
@@ -128,12 +159,51 @@ pub struct MoveInput {
 }
 
 /// Inputs a member sends between ticks.
+///
+/// `seq` is the client envelope sequence: a refusal answers it in
+/// [`EventBody::Rejected::in_reply_to`].
 #[derive(Clone, Debug, PartialEq)]
 pub enum Input {
     /// A movement.
     Move(MoveInput),
     /// The client lost its chain or failed a check: send a keyframe.
     Resync,
+    /// Pickup, place or throw a prop (`plaza.v1.Interaction`).
+    Interact {
+        /// Client envelope sequence.
+        seq: u32,
+        /// The request.
+        request: InteractionRequest,
+    },
+    /// A consent op (`plaza.v1.ConsentAction`).
+    Consent {
+        /// Client envelope sequence.
+        seq: u32,
+        /// The op; `None` for `CONSENT_OP_UNSPECIFIED` or an unknown value (refused).
+        op: Option<ConsentOp>,
+        /// For request: the kind's name ([`consent::CONSENT_KINDS`]).
+        kind: String,
+        /// For request: the target's avatar entity.
+        target_entity: u32,
+        /// For every other op: the consent id.
+        consent_id: u64,
+    },
+    /// Start or stop an emote (`plaza.v1.Emote`).
+    Emote {
+        /// Client envelope sequence.
+        seq: u32,
+        /// The emote.
+        request: EmoteRequest,
+    },
+    /// A lockstep scene op (`plaza.v1.SceneAction`, `SceneControl`, `SceneState`).
+    Scene {
+        /// Client envelope sequence.
+        seq: u32,
+        /// The scene id.
+        scene: String,
+        /// The op.
+        op: SceneOp,
+    },
 }
 
 /// Why a movement was rejected (the physics authority's reasons, in the room's terms).
@@ -153,11 +223,16 @@ pub enum RejectReason {
     Blocked,
     /// The client's clock runs faster than the server's.
     Clock,
+    /// Higher above the ground than a jump reaches, and not falling (fly hack).
+    Airborne,
+    /// The avatar is not in the room's physics world (a room bug; the client is corrected to
+    /// its last known pose).
+    UnknownEntity,
 }
 
 impl RejectReason {
     /// All reasons, in metric-label order.
-    pub const ALL: [Self; 7] = [
+    pub const ALL: [Self; 9] = [
         Self::Speed,
         Self::NonFinite,
         Self::NonPositiveDt,
@@ -165,6 +240,8 @@ impl RejectReason {
         Self::Teleport,
         Self::Blocked,
         Self::Clock,
+        Self::Airborne,
+        Self::UnknownEntity,
     ];
 
     /// The room's reason for a physics rejection.
@@ -178,9 +255,10 @@ impl RejectReason {
             P::Teleport => Self::Teleport,
             P::Blocked => Self::Blocked,
             P::Clock => Self::Clock,
-            // The room only validates moves of its members' avatars; an unknown one is a room
-            // bug, reported as the closest client-visible reason.
-            _ => Self::OutOfBounds,
+            P::Airborne => Self::Airborne,
+            // The room only validates moves of its members' avatars: an unknown one (or a reason
+            // newer than this crate) is a room bug.
+            _ => Self::UnknownEntity,
         }
     }
 
@@ -194,6 +272,8 @@ impl RejectReason {
             Self::Teleport => "teleport",
             Self::Blocked => "blocked",
             Self::Clock => "clock",
+            Self::Airborne => "airborne",
+            Self::UnknownEntity => "unknown_entity",
         }
     }
 }
@@ -207,7 +287,14 @@ pub enum JoinRefusal {
     AlreadyJoined,
 }
 
-/// What a step asks the shell to deliver.
+/// What a step asks the shell to deliver, in the order it must act on them.
+///
+/// # Ordering contract
+/// An [`Outbound::Audit`] always comes before the [`Outbound::Event`]s that acknowledge the
+/// same consent transition or refusal. The shell must append the audit record durably
+/// (`Directory::audit_append`) before it delivers any later event of the same step, so no
+/// client ever sees a transition the log does not hold. Events of a step are in `room_seq`
+/// order.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Outbound {
     /// A join was applied: the session's avatar is `entity`.
@@ -253,6 +340,23 @@ pub enum Outbound {
         /// The entity that was removed.
         entity: u32,
     },
+    /// A discrete event (`plaza.v1.Event`) for the sessions in `to`.
+    Event(RoomEvent),
+    /// A consent audit record to append durably before delivering the events that follow.
+    Audit {
+        /// This room instance's audit counter (1, 2, ...; restored by [`Room::restore`]): a
+        /// check that the shell appends every record once and in order. The store assigns the
+        /// durable sequence number.
+        local_seq: u64,
+        /// `consent.<state>` for a transition (`consent.requested`, ...), `consent.refused`
+        /// for a refused attempt.
+        kind: String,
+        /// A flat JSON object: consent id, kind, parties (entity and session), from, to, cause,
+        /// actor, reason, tick.
+        detail_json: String,
+        /// Room time of the step, ms.
+        at_ms: u64,
+    },
 }
 
 /// Counters a room keeps; the shell exports them as metrics.
@@ -265,7 +369,7 @@ pub struct RoomStats {
     /// Movements applied.
     pub moves_applied: u64,
     /// Movements rejected, by [`RejectReason::ALL`] index.
-    pub moves_rejected: [u64; 7],
+    pub moves_rejected: [u64; 9],
     /// Inputs dropped because a member queued more than `max_pending_inputs`.
     pub inputs_dropped: u64,
     /// Frames produced.
@@ -276,6 +380,22 @@ pub struct RoomStats {
     pub keyframes: u64,
     /// Entity changes deferred by bandwidth budgets.
     pub deferrals: u64,
+    /// Prop changes accepted (pickups, places, throws, drops).
+    pub prop_changes: u64,
+    /// Requests refused (interactions, consent, emotes, scenes), by [`Refusal`] code.
+    pub refusals: BTreeMap<&'static str, u64>,
+    /// Consent transitions.
+    pub consent_transitions: u64,
+    /// Audit records emitted.
+    pub audits: u64,
+    /// Emotes accepted.
+    pub emotes: u64,
+    /// Emotes dropped as older than the member's last one.
+    pub emotes_stale: u64,
+    /// Scene actions accepted.
+    pub scene_actions: u64,
+    /// Events emitted.
+    pub events: u64,
 }
 
 /// One member of the room.
@@ -288,6 +408,8 @@ struct Member {
     last_timestamp_s: Option<f64>,
     inputs: VecDeque<Input>,
     encoder: FrameEncoder,
+    /// Avatars this member saw in the last broadcast (sorted): who is told about emotes.
+    seen: Vec<u32>,
 }
 
 #[derive(Debug)]
@@ -314,6 +436,22 @@ pub struct Room {
     arena: Vec<EntityRecord>,
     /// Reused per broadcast: one viewer's interest.
     interest: InterestSet,
+    /// Prop ownership.
+    props: Props,
+    /// Open consents.
+    consents: ConsentBook,
+    /// Emote schedules.
+    emotes: Emotes,
+    /// Lockstep scenes.
+    scenes: Scenes,
+    /// Non-movement inputs, room-wide, in arrival order.
+    actions: VecDeque<(SessionId, Input)>,
+    /// Queued non-movement inputs per session (bounded by `max_pending_inputs`).
+    action_counts: BTreeMap<SessionId, usize>,
+    /// Last event sequence number issued.
+    room_seq: u64,
+    /// Last audit record counter issued.
+    audit_seq: u64,
 }
 
 impl std::fmt::Debug for Room {
@@ -330,8 +468,20 @@ impl Room {
     /// A new, empty room.
     pub fn new(id: impl Into<String>, cfg: RoomConfig) -> Self {
         let physics = RoomPhysics::new(&cfg.definition, cfg.physics.clone());
+        let id = id.into();
+        let props = Props::new(id.clone(), cfg.reach_m, &physics);
+        let consents = ConsentBook::new(cfg.consent);
+        let scenes = Scenes::new(cfg.scene);
         Self {
-            id: id.into(),
+            id,
+            props,
+            consents,
+            emotes: Emotes::default(),
+            scenes,
+            actions: VecDeque::new(),
+            action_counts: BTreeMap::new(),
+            room_seq: 0,
+            audit_seq: 0,
             cfg,
             tick: 0,
             broadcast_acc: 0,
@@ -391,11 +541,25 @@ impl Room {
         self.pending.push(Pending::Leave(session));
     }
 
-    /// Queue an input from a member; applied at the next tick. Inputs from non-members are
-    /// dropped (the shell only forwards inputs of attached sessions, so this is a race with a
-    /// leave, not an error).
+    /// Queue an input from a member; applied at the next tick.
+    ///
+    /// Movements and resyncs of non-members are dropped (the shell only forwards inputs of
+    /// attached sessions, so this is a race with a leave, not an error); beyond
+    /// `max_pending_inputs` the oldest is dropped. Every other input is queued room-wide in
+    /// arrival order, also from non-members (they are refused with [`Refusal::NotMember`]);
+    /// beyond `max_pending_inputs` per session the newest is dropped.
     pub fn input(&mut self, session: SessionId, input: Input) {
         let cap = self.cfg.max_pending_inputs;
+        if !matches!(input, Input::Move(_) | Input::Resync) {
+            let n = self.action_counts.entry(session).or_default();
+            if *n >= cap {
+                self.stats.inputs_dropped += 1;
+            } else {
+                *n += 1;
+                self.actions.push_back((session, input));
+            }
+            return;
+        }
         if let Some(m) = self.members.get_mut(&session) {
             if m.inputs.len() >= cap {
                 m.inputs.pop_front();
@@ -449,7 +613,19 @@ impl Room {
         self.stats.ticks += 1;
         self.apply_pending(out);
         self.apply_inputs(out);
+        self.apply_actions(out);
+        let expired = self.consents.expire(now_ms);
+        for t in expired {
+            self.consent_transition(&t, out);
+        }
         self.physics.step();
+        for up in self.props.reconcile(&self.physics) {
+            self.prop_event(&up, out);
+        }
+        let tick = self.tick;
+        for (to, body) in self.scenes.finish_tick(tick) {
+            self.emit(to, body, out);
+        }
     }
 
     fn apply_pending(&mut self, out: &mut Vec<Outbound>) {
@@ -491,6 +667,7 @@ impl Room {
                             last_timestamp_s: None,
                             inputs: VecDeque::new(),
                             encoder,
+                            seen: Vec::new(),
                         },
                     );
                     out.push(Outbound::Joined {
@@ -501,6 +678,17 @@ impl Room {
                 }
                 Pending::Leave(session) => {
                     if let Some(m) = self.members.remove(&session) {
+                        // What the leaver held falls, its consents end, it leaves its scenes.
+                        for up in self.props.drop_held_by(&mut self.physics, session) {
+                            self.prop_event(&up, out);
+                        }
+                        for t in self.consents.party_left(session, self.now_ms) {
+                            self.consent_transition(&t, out);
+                        }
+                        self.emotes.remove(session);
+                        for (to, body) in self.scenes.member_left(session) {
+                            self.emit(to, body, out);
+                        }
                         self.physics.remove_avatar(m.entity);
                         self.ids.free(m.entity);
                         out.push(Outbound::Left {
@@ -519,6 +707,11 @@ impl Room {
             while let Some(input) = m.inputs.pop_front() {
                 match input {
                     Input::Resync => m.encoder.request_keyframe(),
+                    // Queued room-wide by `input`, never here.
+                    Input::Interact { .. }
+                    | Input::Consent { .. }
+                    | Input::Emote { .. }
+                    | Input::Scene { .. } => {}
                     Input::Move(mv) => {
                         let dt_s = match m.last_timestamp_s {
                             Some(prev) => (mv.timestamp_s - prev) as f32,
@@ -583,6 +776,223 @@ impl Room {
         }
     }
 
+    /// Apply the room-wide queue of non-movement inputs, in arrival order.
+    fn apply_actions(&mut self, out: &mut Vec<Outbound>) {
+        self.action_counts.clear();
+        while let Some((session, input)) = self.actions.pop_front() {
+            match input {
+                Input::Move(_) | Input::Resync => {}
+                Input::Interact { seq, request } => {
+                    let actor = self.members.get(&session).map(|m| Actor {
+                        session,
+                        entity: m.entity,
+                        feet: self
+                            .physics
+                            .avatar_position(m.entity)
+                            .unwrap_or(m.pose.position),
+                    });
+                    match self.props.apply(&mut self.physics, actor, &request) {
+                        Ok(up) => self.prop_event(&up, out),
+                        Err(r) => self.refuse(session, seq, r, out),
+                    }
+                }
+                Input::Consent {
+                    seq,
+                    op,
+                    kind,
+                    target_entity,
+                    consent_id,
+                } => {
+                    let req = ConsentRequest {
+                        op,
+                        kind,
+                        target: self.party_of_entity(target_entity),
+                        consent_id,
+                    };
+                    let result = match self.members.get(&session) {
+                        Some(m) => {
+                            let actor = Party {
+                                session,
+                                entity: m.entity,
+                            };
+                            self.consents
+                                .apply(actor, &req, self.now_ms)
+                                .map_err(|r| (r, Some(actor)))
+                        }
+                        None => Err((Refusal::NotMember, None)),
+                    };
+                    match result {
+                        Ok(t) => self.consent_transition(&t, out),
+                        Err((r, actor)) => {
+                            let mut d = JsonObject::new()
+                                .str("op", op.map_or("unspecified", ConsentOp::as_str))
+                                .num("consent_id", req.consent_id)
+                                .str("kind", &req.kind)
+                                .num("target", u64::from(target_entity))
+                                .num("actor_session", session);
+                            if let Some(a) = actor {
+                                d = d.num("actor", u64::from(a.entity));
+                            }
+                            let d = d.str("reason", r.code()).num("tick", self.tick).finish();
+                            self.audit("consent.refused", d, out);
+                            self.refuse(session, seq, r, out);
+                        }
+                    }
+                }
+                Input::Emote { seq, request } => {
+                    let Some(entity) = self.members.get(&session).map(|m| m.entity) else {
+                        self.refuse(session, seq, Refusal::NotMember, out);
+                        continue;
+                    };
+                    match self.emotes.apply(session, &request) {
+                        Ok(EmoteOutcome::Accepted {
+                            emote_id,
+                            stop,
+                            timestamp_ms,
+                        }) => {
+                            self.stats.emotes += 1;
+                            let to = self
+                                .members
+                                .iter()
+                                .filter(|(s, m)| {
+                                    **s == session || m.seen.binary_search(&entity).is_ok()
+                                })
+                                .map(|(s, _)| *s)
+                                .collect();
+                            let body = EventBody::Emote {
+                                entity,
+                                emote_id,
+                                stop,
+                                timestamp_ms,
+                            };
+                            self.emit(to, body, out);
+                        }
+                        Ok(EmoteOutcome::Stale) => self.stats.emotes_stale += 1,
+                        Err(r) => self.refuse(session, seq, r, out),
+                    }
+                }
+                Input::Scene { seq, scene, op } => {
+                    let Some(entity) = self.members.get(&session).map(|m| m.entity) else {
+                        self.refuse(session, seq, Refusal::NotMember, out);
+                        continue;
+                    };
+                    let is_action = matches!(op, SceneOp::Action(_));
+                    match self.scenes.apply(session, entity, &scene, op, self.tick) {
+                        Ok(outs) => {
+                            if is_action {
+                                self.stats.scene_actions += 1;
+                            }
+                            self.emit_scene(outs, out);
+                        }
+                        Err(r) => self.refuse(session, seq, r, out),
+                    }
+                }
+            }
+        }
+    }
+
+    /// The party whose avatar is `entity`, if a member's.
+    fn party_of_entity(&self, entity: u32) -> Option<Party> {
+        self.members
+            .iter()
+            .find(|(_, m)| m.entity == entity)
+            .map(|(s, m)| Party {
+                session: *s,
+                entity: m.entity,
+            })
+    }
+
+    /// Push an event for the members among `to` (a refusal also reaches a non-member).
+    fn emit(&mut self, mut to: Vec<SessionId>, body: EventBody, out: &mut Vec<Outbound>) {
+        if !matches!(body, EventBody::Rejected { .. }) {
+            to.retain(|s| self.members.contains_key(s));
+        }
+        to.sort_unstable();
+        to.dedup();
+        if to.is_empty() {
+            return;
+        }
+        self.room_seq += 1;
+        self.stats.events += 1;
+        out.push(Outbound::Event(RoomEvent {
+            room_seq: self.room_seq,
+            to,
+            body,
+        }));
+    }
+
+    fn emit_scene(&mut self, outs: Vec<SceneOut>, out: &mut Vec<Outbound>) {
+        for (to, body) in outs {
+            self.emit(to, body, out);
+        }
+    }
+
+    fn refuse(&mut self, session: SessionId, seq: u32, reason: Refusal, out: &mut Vec<Outbound>) {
+        *self.stats.refusals.entry(reason.code()).or_default() += 1;
+        let body = EventBody::Rejected {
+            in_reply_to: seq,
+            reason,
+        };
+        self.emit(vec![session], body, out);
+    }
+
+    fn audit(&mut self, kind: &str, detail_json: String, out: &mut Vec<Outbound>) {
+        self.audit_seq += 1;
+        self.stats.audits += 1;
+        out.push(Outbound::Audit {
+            local_seq: self.audit_seq,
+            kind: kind.to_owned(),
+            detail_json,
+            at_ms: self.now_ms,
+        });
+    }
+
+    fn prop_event(&mut self, up: &PropUpdate, out: &mut Vec<Outbound>) {
+        self.stats.prop_changes += 1;
+        let Some(entity) = prop_entity(up.prop_id) else {
+            return;
+        };
+        let to = self.members.keys().copied().collect();
+        let body = EventBody::Prop {
+            prop_id: up.prop_id,
+            entity,
+            holder_entity: up.holder.map_or(0, |(_, e)| e),
+            revision: up.revision,
+            change: up.change,
+            position: up.position,
+        };
+        self.emit(to, body, out);
+    }
+
+    /// One consent transition: its audit record, then the event to both parties.
+    fn consent_transition(&mut self, t: &Transition, out: &mut Vec<Outbound>) {
+        self.stats.consent_transitions += 1;
+        let c = &t.consent;
+        let mut d = JsonObject::new()
+            .num("consent_id", c.id)
+            .str("kind", c.kind.as_str())
+            .num("requester", u64::from(c.requester.entity))
+            .num("requester_session", c.requester.session)
+            .num("target", u64::from(c.target.entity))
+            .num("target_session", c.target.session)
+            .str("from", t.from.map_or("", |s| s.as_str()))
+            .str("to", c.state.as_str())
+            .str("cause", t.cause.as_str());
+        if let Some(a) = t.actor {
+            d = d.num("actor", u64::from(a.entity));
+        }
+        let d = d.num("tick", self.tick).finish();
+        self.audit(&format!("consent.{}", c.state.as_str()), d, out);
+        let body = EventBody::Consent {
+            consent_id: c.id,
+            kind: c.kind,
+            requester_entity: c.requester.entity,
+            target_entity: c.target.entity,
+            state: c.state,
+        };
+        self.emit(vec![c.requester.session, c.target.session], body, out);
+    }
+
     /// Encode and emit one frame per member from the current state.
     ///
     /// Performance: runs every broadcast.
@@ -599,10 +1009,32 @@ impl Room {
             });
         }
         self.arena.sort_unstable_by_key(|r| r.id);
+        let avatars = self.arena.len();
+        // Props after the avatars: their ids are above every avatar's, so the arena stays
+        // sorted. Every member sees every prop.
+        for (prop_id, st) in self.physics.prop_states() {
+            let Some(id) = prop_entity(prop_id) else {
+                continue;
+            };
+            let pose = Pose {
+                position: st.position,
+                velocity: st.velocity,
+                ..Pose::default()
+            };
+            self.arena.push(EntityRecord {
+                id,
+                generation: 0,
+                kind: PROP_KIND,
+                pose: quantize(&pose),
+            });
+        }
         let index = InterestIndex::build(
-            self.arena.iter().map(|r| (r.id, r.pose.position_m())),
+            self.arena[..avatars]
+                .iter()
+                .map(|r| (r.id, r.pose.position_m())),
             self.cfg.tier_bands_m,
         );
+        let bands_sq = self.cfg.tier_bands_m.map(|b| b * b);
         let cap = self.cfg.interest_cap as usize;
         let tick = self.tick as u32;
         let mut visible: Vec<Visible<'_>> = Vec::with_capacity(cap.min(self.arena.len()));
@@ -610,13 +1042,21 @@ impl Room {
             let at = quantized_position(&self.arena, m.entity).unwrap_or(m.pose.position);
             index.nearest(m.entity, at, cap, &mut self.interest);
             visible.clear();
+            m.seen.clear();
             for (id, tier) in &self.interest.entries {
-                if let Ok(i) = self.arena.binary_search_by_key(id, |r| r.id) {
+                if let Ok(i) = self.arena[..avatars].binary_search_by_key(id, |r| r.id) {
+                    m.seen.push(*id);
                     visible.push(Visible {
                         record: &self.arena[i],
                         tier: *tier,
                     });
                 }
+            }
+            for record in &self.arena[avatars..] {
+                let p = record.pose.position_m();
+                let d2 = (0..3).map(|k| (p[k] - at[k]) * (p[k] - at[k])).sum::<f32>();
+                let tier = bands_sq.iter().position(|b| d2 <= *b).unwrap_or(3) as u8;
+                visible.push(Visible { record, tier });
             }
             let own = OwnState {
                 entity: m.entity,

@@ -105,7 +105,10 @@ fn movement_reaches_every_other_member() {
         room.input(s, mv(2, p[0] + 0.5, p[2] - 0.25, 1.1));
     }
     let out = step_until_broadcast(&mut room, &mut now, &mut decoders);
-    assert!(!out.iter().any(|o| matches!(o, Outbound::Correction { .. })), "{out:?}");
+    assert!(
+        !out.iter().any(|o| matches!(o, Outbound::Correction { .. })),
+        "{out:?}"
+    );
     for viewer in 1..=5u64 {
         for s in (1..=5u64).filter(|s| *s != viewer) {
             let e = room.entity_of(s).unwrap();
@@ -130,14 +133,20 @@ fn a_teleport_jump_is_rejected_with_the_authoritative_pose() {
     let c = out
         .iter()
         .find_map(|o| match o {
-            Outbound::Correction { reason, pose, last_input_seq, .. } => {
-                Some((*reason, *pose, *last_input_seq))
-            }
+            Outbound::Correction {
+                reason,
+                pose,
+                last_input_seq,
+                ..
+            } => Some((*reason, *pose, *last_input_seq)),
             _ => None,
         })
         .expect("a correction");
     assert_eq!(c.0, RejectReason::Teleport);
-    assert!((c.1.position[0] - p[0]).abs() < 0.01, "corrected to where it was");
+    assert!(
+        (c.1.position[0] - p[0]).abs() < 0.01,
+        "corrected to where it was"
+    );
     assert_eq!(c.2, 1, "the placement was applied, the jump was not");
 }
 

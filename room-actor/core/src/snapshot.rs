@@ -1,0 +1,203 @@
+//! A plain, serde-free copy of a room's state, for drain (hand a room to another node) and
+//! restore.
+//!
+//! [`Room::snapshot`] copies what a successor needs to carry on: tick and sequence counters,
+//! members (session, avatar entity and generation, pose, input bookkeeping), props (holder,
+//! revision, physical state), open consents, emote schedules and lockstep scenes.
+//! [`Room::restore`] rebuilds a room from it. Not included: queued joins, leaves and inputs
+//! (take the snapshot between steps; unapplied inputs are lost), frame encoder state (every
+//! member gets a keyframe after a restore), physics internals beyond positions and velocities
+//! (a prop's rotation restarts upright), and wallets (the core knows sessions only; the shell
+//! keeps the session-to-wallet map beside the snapshot). Serializing it is the caller's job.
+
+use std::collections::{BTreeMap, VecDeque};
+
+use plaza_proto::frame::{EncoderConfig, FrameEncoder};
+use plaza_proto::quant::Pose;
+
+use crate::consent::Consent;
+use crate::emotes::EmoteSlot;
+use crate::interactions::PropSlot;
+use crate::scene::Scene;
+use crate::{Member, Room, SessionId};
+
+/// One member in a [`RoomSnapshot`].
+#[derive(Clone, Debug, PartialEq)]
+pub struct MemberSnapshot {
+    /// Session.
+    pub session: SessionId,
+    /// Avatar entity id.
+    pub entity: u32,
+    /// The entity id's generation.
+    pub generation: u16,
+    /// Authoritative pose.
+    pub pose: Pose,
+    /// The last input sequence applied.
+    pub last_input_seq: u32,
+    /// Client timestamp of the last applied move, seconds.
+    pub last_timestamp_s: Option<f64>,
+}
+
+/// One prop in a [`RoomSnapshot`].
+#[derive(Clone, Debug, PartialEq)]
+pub struct PropSnapshot {
+    /// Definition id.
+    pub prop_id: u32,
+    /// Server revision.
+    pub revision: u64,
+    /// Holder: session and avatar.
+    pub holder: Option<(SessionId, u32)>,
+    /// Centre, metres.
+    pub position: [f32; 3],
+    /// Orientation `[x, y, z, w]` (informational: restore puts props upright).
+    pub rotation: [f32; 4],
+    /// Linear velocity, m/s.
+    pub velocity: [f32; 3],
+}
+
+/// A room's state at the end of a step.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RoomSnapshot {
+    /// The room's id.
+    pub room_id: String,
+    /// Steps run.
+    pub tick: u64,
+    /// Room time of the last step, ms.
+    pub now_ms: u64,
+    /// Broadcast accumulator (keeps the broadcast phase).
+    pub broadcast_acc: u32,
+    /// Last event sequence number issued.
+    pub room_seq: u64,
+    /// Last audit counter issued.
+    pub audit_seq: u64,
+    /// Members, by session.
+    pub members: Vec<MemberSnapshot>,
+    /// Props, by id.
+    pub props: Vec<PropSnapshot>,
+    /// The last consent id issued.
+    pub consent_last_id: u64,
+    /// Open consents, by id.
+    pub consents: Vec<Consent>,
+    /// Emote schedules.
+    pub emotes: BTreeMap<SessionId, EmoteSlot>,
+    /// Emotes dropped as stale so far.
+    pub emotes_stale: u64,
+    /// Lockstep scenes.
+    pub scenes: BTreeMap<String, Scene>,
+}
+
+impl Room {
+    /// A copy of the room's state (call it between steps).
+    pub fn snapshot(&self) -> RoomSnapshot {
+        let members = self
+            .members
+            .iter()
+            .map(|(session, m)| MemberSnapshot {
+                session: *session,
+                entity: m.entity,
+                generation: self.ids.generation(m.entity),
+                pose: m.pose,
+                last_input_seq: m.last_input_seq,
+                last_timestamp_s: m.last_timestamp_s,
+            })
+            .collect();
+        let props = self
+            .physics
+            .prop_states()
+            .filter_map(|(id, st)| {
+                let slot = self.props.slots().get(&id)?;
+                Some(PropSnapshot {
+                    prop_id: id,
+                    revision: slot.revision,
+                    holder: slot.holder,
+                    position: st.position,
+                    rotation: st.rotation,
+                    velocity: st.velocity,
+                })
+            })
+            .collect();
+        RoomSnapshot {
+            room_id: self.id.clone(),
+            tick: self.tick,
+            now_ms: self.now_ms,
+            broadcast_acc: self.broadcast_acc,
+            room_seq: self.room_seq,
+            audit_seq: self.audit_seq,
+            members,
+            props,
+            consent_last_id: self.consents.last_id(),
+            consents: self.consents.open().values().copied().collect(),
+            emotes: self.emotes.slots().clone(),
+            emotes_stale: self.emotes.stale(),
+            scenes: self.scenes.scenes().clone(),
+        }
+    }
+
+    /// Rebuild the room from `snap` (meant for a fresh room built with the same config):
+    /// members and their avatars come back under the same entity ids, held props in their
+    /// holders' hands, loose props where they were, counters where they stopped. Queued joins,
+    /// leaves and inputs are discarded; every member gets a keyframe next.
+    pub fn restore(&mut self, snap: RoomSnapshot) {
+        for (_, m) in std::mem::take(&mut self.members) {
+            self.physics.remove_avatar(m.entity);
+            self.ids.free(m.entity);
+        }
+        self.pending.clear();
+        self.actions.clear();
+        self.action_counts.clear();
+        self.tick = snap.tick;
+        self.now_ms = snap.now_ms;
+        self.broadcast_acc = snap.broadcast_acc;
+        self.room_seq = snap.room_seq;
+        self.audit_seq = snap.audit_seq;
+        for ms in snap.members {
+            self.ids.claim(ms.entity, ms.generation);
+            let at = self.physics.add_avatar(ms.entity, ms.pose.position);
+            let mut pose = ms.pose;
+            pose.position = at;
+            let encoder = FrameEncoder::new(EncoderConfig {
+                budget_bytes_per_s: self.cfg.budget_bytes_per_s,
+                broadcast_hz: self.cfg.broadcast_hz,
+                check_every: self.cfg.check_every,
+            });
+            self.members.insert(
+                ms.session,
+                Member {
+                    entity: ms.entity,
+                    pose,
+                    last_input_seq: ms.last_input_seq,
+                    last_timestamp_s: ms.last_timestamp_s,
+                    inputs: VecDeque::new(),
+                    encoder,
+                    seen: Vec::new(),
+                },
+            );
+        }
+        let mut slots = BTreeMap::new();
+        for p in snap.props {
+            let holder = p
+                .holder
+                .filter(|(s, e)| self.members.get(s).is_some_and(|m| m.entity == *e));
+            match holder {
+                Some((_, e)) => self.physics.set_prop_held(p.prop_id, Some(e)),
+                None => {
+                    // An impossible spot (the definition changed) leaves the prop at home.
+                    let _ = self
+                        .physics
+                        .try_throw_prop(p.prop_id, p.position, p.velocity);
+                }
+            }
+            slots.insert(
+                p.prop_id,
+                PropSlot {
+                    revision: p.revision,
+                    holder,
+                },
+            );
+        }
+        self.props.restore(slots);
+        self.consents.restore(snap.consent_last_id, snap.consents);
+        self.emotes.restore(snap.emotes, snap.emotes_stale);
+        self.scenes.restore(snap.scenes);
+    }
+}
