@@ -91,6 +91,15 @@ install_helm
 install_validator
 step "$("$HELM" version --short), kubernetes-validate $("$VENV/bin/kubernetes-validate" --version)"
 
+# The real `plaza` binary checks the rendered plaza.toml + environment of every Plaza container.
+# PLAZA_BIN=path uses a built one; otherwise it is built (quick after `cargo test --workspace`).
+if [[ -z ${PLAZA_BIN:-} ]]; then
+    step "cargo build -p plaza-ops --bin plaza"
+    cargo build --quiet -p plaza-ops --bin plaza || fail "cargo build -p plaza-ops --bin plaza"
+    PLAZA_BIN=${CARGO_TARGET_DIR:-$ROOT/target}/debug/plaza
+fi
+[[ -x $PLAZA_BIN ]] || fail "no plaza binary at $PLAZA_BIN"
+
 OUT=$(mktemp -d "${TMPDIR:-/tmp}/plaza-chart.XXXXXX")
 if [[ -z ${KEEP_RENDERED:-} ]]; then
     trap 'rm -rf "$OUT"' EXIT
@@ -141,7 +150,9 @@ for case in "${CASES[@]}"; do
     done
     "$VENV/bin/python" helm/ci/validate_rendered.py crd "$OUT/$name.crd.yaml" helm/ci ||
         fail "[$name] CRD manifests"
-    step "[$name] ok (kubernetes $K8S_VERSIONS, strict)"
+    "$VENV/bin/python" helm/ci/validate_rendered.py config "$OUT/$name.yaml" "$PLAZA_BIN" ||
+        fail "[$name] the rendered configuration does not load in plaza"
+    step "[$name] ok (kubernetes $K8S_VERSIONS, strict; plaza config print)"
 done
 
 # The schema must refuse bad values (a schema that accepts anything would pass the above).

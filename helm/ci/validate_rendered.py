@@ -77,8 +77,90 @@ def main(argv):
                 print(f"ERROR {what}: {where}: {e.message}", file=sys.stderr)
             rc |= 1 if errors else 0
         return rc
+    if cmd == "config":
+        return check_config(load(argv[2]), argv[3])
     print(f"unknown command {cmd}", file=sys.stderr)
     return 2
+
+
+def check_config(docs, plaza_bin):
+    """Runs `plaza config print` on the rendered plaza.toml with each Plaza container's rendered
+    environment, as the pod would: the real loader refuses unknown keys and invalid values."""
+    import subprocess
+    import tempfile
+
+    configmaps = {d["metadata"]["name"]: d for d in docs if d["kind"] == "ConfigMap"}
+    checked = 0
+    rc = 0
+    for d in docs:
+        if d["kind"] not in ("Deployment", "StatefulSet"):
+            continue
+        spec = d["spec"]["template"]["spec"]
+        volumes = {v["name"]: v for v in spec.get("volumes", [])}
+        for c in spec["containers"]:
+            args = c.get("args", [])
+            if not args or args[0] not in ("node", "gateway", "up"):
+                continue
+            what = f"{d['kind']}/{d['metadata']['name']}/{c['name']}"
+            checked += 1
+            if "--config" not in args:
+                print(f"ERROR {what}: no --config", file=sys.stderr)
+                rc = 1
+                continue
+            path = args[args.index("--config") + 1]
+            mount = next(
+                (m for m in c.get("volumeMounts", [])
+                 if path.startswith(m["mountPath"].rstrip("/") + "/")),
+                None,
+            )
+            cm = volumes.get(mount["name"], {}).get("configMap") if mount else None
+            key = path[len(mount["mountPath"].rstrip("/")) + 1:] if mount else None
+            if not cm or cm["name"] not in configmaps or key not in configmaps[cm["name"]]["data"]:
+                print(f"ERROR {what}: {path} is not a mounted ConfigMap key", file=sys.stderr)
+                rc = 1
+                continue
+            env = {"PATH": "/usr/bin:/bin"}
+            pod = f"{d['metadata']['name']}-0"
+            for e in c.get("env", []):
+                if "value" in e:
+                    value = e["value"]
+                elif "fieldRef" in e.get("valueFrom", {}):
+                    value = pod
+                elif "secretKeyRef" in e.get("valueFrom", {}):
+                    value = "redis://from-secret.invalid:6379/0"
+                else:
+                    print(f"ERROR {what}: env {e['name']} has no value", file=sys.stderr)
+                    rc = 1
+                    continue
+                for k, v in env.items():
+                    value = value.replace(f"$({k})", v)
+                env[e["name"]] = value
+            with tempfile.NamedTemporaryFile("w", suffix=".toml") as f:
+                f.write(configmaps[cm["name"]]["data"][key])
+                f.flush()
+                out = subprocess.run(
+                    [plaza_bin, "config", "print", "--config", f.name],
+                    env=env, capture_output=True, text=True,
+                )
+            if out.returncode != 0:
+                print(f"ERROR {what}: plaza config print failed:\n{out.stderr}", file=sys.stderr)
+                rc = 1
+                continue
+            for name in env:
+                if not name.startswith("PLAZA__"):
+                    continue
+                dotted = name[len("PLAZA__"):].lower().replace("__", ".")
+                line = next((l for l in out.stdout.splitlines() if l.startswith(dotted + " = ")), "")
+                if not line.endswith("# env"):
+                    print(f"ERROR {what}: {dotted} not taken from the environment: {line!r}",
+                          file=sys.stderr)
+                    rc = 1
+    if checked == 0:
+        print("ERROR no Plaza container found in the rendered manifests", file=sys.stderr)
+        return 1
+    if rc == 0:
+        print(f"plaza config print accepted the rendered plaza.toml + env of {checked} containers")
+    return rc
 
 
 if __name__ == "__main__":
