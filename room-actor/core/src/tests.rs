@@ -245,3 +245,659 @@ fn same_inputs_give_the_same_bytes() {
     }
     assert_eq!(run(), run());
 }
+
+// === interactions, consent, emotes, scenes through the Room ===
+
+use crate::consent::{ConsentKind, ConsentState};
+use crate::emotes::EmoteRequest;
+use crate::events::{EventBody, PropChange, Refusal};
+use crate::interactions::{InteractionKind, InteractionRequest, PROP_KIND, prop_entity};
+use crate::scene::{SceneClientEvent, SceneClientState, SceneOp};
+
+/// A plaza whose spawn is near props 1 and 2 (at x 5 and 6, z 5), with a 4 m reach so the
+/// first four spawns (a spiral around the spawn point) reach both.
+fn near_props_config() -> RoomConfig {
+    let mut cfg = RoomConfig::default();
+    cfg.definition.spawn = [5.5, 0.0, 3.0];
+    cfg.reach_m = 4.0;
+    cfg
+}
+
+/// A room with sessions `1..=n` joined (one step applied).
+fn room_with(n: u64, cfg: RoomConfig) -> (Room, u64) {
+    let mut room = Room::new("r", cfg);
+    for s in 1..=n {
+        room.join(s);
+    }
+    let mut out = Vec::new();
+    room.step(20, &mut out);
+    (room, 20)
+}
+
+fn step(room: &mut Room, now: &mut u64) -> Vec<Outbound> {
+    let mut out = Vec::new();
+    *now += 20;
+    room.step(*now, &mut out);
+    out
+}
+
+fn events(out: &[Outbound]) -> Vec<&RoomEvent> {
+    out.iter()
+        .filter_map(|o| match o {
+            Outbound::Event(e) => Some(e),
+            _ => None,
+        })
+        .collect()
+}
+
+fn interact(seq: u32, kind: InteractionKind, prop_id: u32) -> Input {
+    Input::Interact {
+        seq,
+        request: InteractionRequest {
+            kind,
+            prop_id,
+            room: None,
+            position: [0.0; 3],
+            velocity: [0.0; 3],
+        },
+    }
+}
+
+fn rejected(out: &[Outbound]) -> Vec<(Vec<SessionId>, u32, Refusal)> {
+    events(out)
+        .into_iter()
+        .filter_map(|e| match e.body {
+            EventBody::Rejected {
+                in_reply_to,
+                reason,
+            } => Some((e.to.clone(), in_reply_to, reason)),
+            _ => None,
+        })
+        .collect()
+}
+
+fn prop_events(out: &[Outbound]) -> Vec<(u32, u32, u64, PropChange)> {
+    events(out)
+        .into_iter()
+        .filter_map(|e| match e.body {
+            EventBody::Prop {
+                prop_id,
+                holder_entity,
+                revision,
+                change,
+                ..
+            } => Some((prop_id, holder_entity, revision, change)),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn props_are_entities_every_member_sees() {
+    let mut room = Room::new("r", RoomConfig::default());
+    room.join(1);
+    let mut decoders = BTreeMap::new();
+    let mut now = 0;
+    step_until_broadcast(&mut room, &mut now, &mut decoders);
+    for prop_id in 1..=5 {
+        let rec = decoders[&1]
+            .get(prop_entity(prop_id).unwrap())
+            .expect("every prop is visible");
+        assert_eq!(rec.kind, PROP_KIND);
+    }
+    let p = decoders[&1].get(prop_entity(1).unwrap()).unwrap();
+    let pos = p.pose.position_m();
+    assert!(
+        (pos[0] - 5.0).abs() < 0.05 && (pos[2] - 5.0).abs() < 0.05,
+        "{pos:?}"
+    );
+}
+
+#[test]
+fn concurrent_grabs_resolve_to_the_first_and_refusals_go_to_the_requester() {
+    let (mut room, mut now) = room_with(3, near_props_config());
+    room.input(2, interact(7, InteractionKind::Pickup, 1));
+    room.input(1, interact(9, InteractionKind::Pickup, 1));
+    let out = step(&mut room, &mut now);
+    let e2 = room.entity_of(2).unwrap();
+    assert_eq!(prop_events(&out), vec![(1, e2, 1, PropChange::Pickup)]);
+    assert_eq!(rejected(&out), vec![(vec![1], 9, Refusal::AlreadyHeld)]);
+    let ev = events(&out);
+    assert_eq!(ev[0].to, vec![1, 2, 3], "prop events reach every member");
+    // Only the holder places.
+    let place = |seq| Input::Interact {
+        seq,
+        request: InteractionRequest {
+            kind: InteractionKind::Place,
+            prop_id: 1,
+            room: None,
+            position: [5.5, 0.6, 4.6],
+            velocity: [0.0; 3],
+        },
+    };
+    room.input(1, place(10));
+    room.input(2, place(8));
+    let out = step(&mut room, &mut now);
+    assert_eq!(rejected(&out), vec![(vec![1], 10, Refusal::NotHolder)]);
+    assert_eq!(prop_events(&out), vec![(1, 0, 2, PropChange::Place)]);
+    assert_eq!(room.stats().refusals["already_held"], 1);
+    assert_eq!(room.stats().refusals["not_holder"], 1);
+}
+
+#[test]
+fn cross_room_pickup_and_non_members_are_rejected() {
+    let (mut room, mut now) = room_with(1, near_props_config());
+    room.input(
+        1,
+        Input::Interact {
+            seq: 3,
+            request: InteractionRequest {
+                kind: InteractionKind::Pickup,
+                prop_id: 1,
+                room: Some("elsewhere".into()),
+                position: [0.0; 3],
+                velocity: [0.0; 3],
+            },
+        },
+    );
+    room.input(99, interact(4, InteractionKind::Pickup, 1));
+    room.input(1, interact(5, InteractionKind::Pickup, 42));
+    let out = step(&mut room, &mut now);
+    assert_eq!(
+        rejected(&out),
+        vec![
+            (vec![1], 3, Refusal::WrongRoom),
+            (vec![99], 4, Refusal::NotMember),
+            (vec![1], 5, Refusal::NoSuchProp),
+        ]
+    );
+    assert!(prop_events(&out).is_empty());
+}
+
+#[test]
+fn a_holder_who_leaves_drops_the_prop_and_it_follows_before() {
+    let (mut room, mut now) = room_with(2, near_props_config());
+    room.input(1, interact(1, InteractionKind::Pickup, 2));
+    step(&mut room, &mut now);
+    // The held prop follows its holder (physics), so it is off the ground.
+    step(&mut room, &mut now);
+    let held_at = room.physics.prop_position(2).unwrap();
+    assert!(held_at[1] > 1.0, "{held_at:?}");
+    room.leave(1);
+    let out = step(&mut room, &mut now);
+    assert_eq!(prop_events(&out), vec![(2, 0, 2, PropChange::Drop)]);
+    let drop_event = events(&out)[0];
+    assert_eq!(drop_event.to, vec![2]);
+    let left_at = out
+        .iter()
+        .position(|o| matches!(o, Outbound::Left { .. }))
+        .unwrap();
+    assert!(
+        out.iter()
+            .position(|o| matches!(o, Outbound::Event(_)))
+            .unwrap()
+            < left_at,
+        "the drop is announced in the leave's step"
+    );
+    room.input(2, interact(1, InteractionKind::Pickup, 2));
+    let out = step(&mut room, &mut now);
+    let e2 = room.entity_of(2).unwrap();
+    assert_eq!(prop_events(&out), vec![(2, e2, 3, PropChange::Pickup)]);
+}
+
+fn consent(seq: u32, op: ConsentOp, kind: &str, target_entity: u32, consent_id: u64) -> Input {
+    Input::Consent {
+        seq,
+        op: Some(op),
+        kind: kind.into(),
+        target_entity,
+        consent_id,
+    }
+}
+
+/// (audit kind, event state or refusal) in output order.
+fn consent_trail(out: &[Outbound]) -> Vec<String> {
+    out.iter()
+        .filter_map(|o| match o {
+            Outbound::Audit { kind, .. } => Some(format!("audit:{kind}")),
+            Outbound::Event(RoomEvent {
+                body: EventBody::Consent { state, .. },
+                to,
+                ..
+            }) => Some(format!("event:{}:{to:?}", state.as_str())),
+            Outbound::Event(RoomEvent {
+                body: EventBody::Rejected { reason, .. },
+                to,
+                ..
+            }) => Some(format!("rejected:{}:{to:?}", reason.code())),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn consent_transitions_are_audited_before_they_are_acknowledged() {
+    let (mut room, mut now) = room_with(3, RoomConfig::default());
+    let (e1, e2) = (room.entity_of(1).unwrap(), room.entity_of(2).unwrap());
+    room.input(1, consent(1, ConsentOp::Request, "asana_lock", e2, 0));
+    let out = step(&mut room, &mut now);
+    assert_eq!(
+        consent_trail(&out),
+        vec!["audit:consent.requested", "event:requested:[1, 2]"]
+    );
+    let id = events(&out)
+        .iter()
+        .find_map(|e| match e.body {
+            EventBody::Consent {
+                consent_id,
+                kind,
+                requester_entity,
+                target_entity,
+                ..
+            } => {
+                assert_eq!(
+                    (kind, requester_entity, target_entity),
+                    (ConsentKind::AsanaLock, e1, e2)
+                );
+                Some(consent_id)
+            }
+            _ => None,
+        })
+        .unwrap();
+    // Consent by anyone but the target is rejected, and the refusal is audited.
+    room.input(3, consent(2, ConsentOp::Consent, "", 0, id));
+    room.input(1, consent(3, ConsentOp::Consent, "", 0, id));
+    room.input(2, consent(4, ConsentOp::Consent, "", 0, id));
+    room.input(1, consent(5, ConsentOp::Activate, "", 0, id));
+    room.input(2, consent(6, ConsentOp::Release, "", 0, id));
+    let out = step(&mut room, &mut now);
+    assert_eq!(
+        consent_trail(&out),
+        vec![
+            "audit:consent.refused",
+            "rejected:not_target:[3]",
+            "audit:consent.refused",
+            "rejected:not_target:[1]",
+            "audit:consent.consented",
+            "event:consented:[1, 2]",
+            "audit:consent.active",
+            "event:active:[1, 2]",
+            "audit:consent.released",
+            "event:released:[1, 2]",
+        ]
+    );
+    let seqs: Vec<u64> = out
+        .iter()
+        .filter_map(|o| match o {
+            Outbound::Audit { local_seq, .. } => Some(*local_seq),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(seqs, vec![2, 3, 4, 5, 6], "gap-free");
+    let detail = out
+        .iter()
+        .find_map(|o| match o {
+            Outbound::Audit {
+                kind, detail_json, ..
+            } if kind == "consent.active" => Some(detail_json.clone()),
+            _ => None,
+        })
+        .unwrap();
+    assert!(
+        detail.contains(r#""from":"consented","to":"active","cause":"activate""#),
+        "{detail}"
+    );
+}
+
+#[test]
+fn consent_requests_expire_and_leaving_cancels() {
+    let mut cfg = RoomConfig::default();
+    cfg.consent.request_timeout_ms = 100;
+    let (mut room, mut now) = room_with(3, cfg);
+    let e2 = room.entity_of(2).unwrap();
+    let e3 = room.entity_of(3).unwrap();
+    room.input(1, consent(1, ConsentOp::Request, "follow", e2, 0));
+    room.input(2, consent(1, ConsentOp::Request, "hand_hold", e3, 0));
+    step(&mut room, &mut now);
+    let mut trail = Vec::new();
+    for _ in 0..4 {
+        trail.extend(consent_trail(&step(&mut room, &mut now)));
+    }
+    assert!(trail.is_empty(), "not yet: {trail:?}");
+    room.leave(3);
+    let mut trail = consent_trail(&step(&mut room, &mut now));
+    trail.extend(consent_trail(&step(&mut room, &mut now)));
+    assert_eq!(
+        trail,
+        vec![
+            "audit:consent.cancelled",
+            "event:cancelled:[2]",
+            "audit:consent.expired",
+            "event:expired:[1, 2]",
+        ]
+    );
+    // A target that is not a member is refused (and audited).
+    room.input(1, consent(9, ConsentOp::Request, "follow", e3, 0));
+    assert_eq!(
+        consent_trail(&step(&mut room, &mut now)),
+        vec!["audit:consent.refused", "rejected:no_such_target:[1]"]
+    );
+}
+
+#[test]
+fn emotes_reach_the_members_who_see_the_emoter_and_stale_ones_are_dropped() {
+    let cfg = RoomConfig {
+        interest_cap: 1,
+        ..RoomConfig::default()
+    };
+    let mut room = Room::new("r", cfg);
+    for s in 1..=3 {
+        room.join(s);
+    }
+    let mut decoders = BTreeMap::new();
+    let mut now = 0;
+    step_until_broadcast(&mut room, &mut now, &mut decoders);
+    let e1 = room.entity_of(1).unwrap();
+    let viewers: Vec<SessionId> = (1..=3)
+        .filter(|s| *s == 1 || decoders[s].get(e1).is_some())
+        .collect();
+    let emote = |seq, ts, id: &str| Input::Emote {
+        seq,
+        request: EmoteRequest {
+            emote_id: id.into(),
+            timestamp_ms: ts,
+            stop: false,
+        },
+    };
+    room.input(1, emote(1, 500, "wave"));
+    room.input(1, emote(2, 400, "old"));
+    let out = step(&mut room, &mut now);
+    let ev = events(&out);
+    assert_eq!(ev.len(), 1);
+    assert_eq!(ev[0].to, viewers);
+    assert!(
+        matches!(&ev[0].body, EventBody::Emote { emote_id, stop: false, timestamp_ms: 500, .. } if emote_id == "wave")
+    );
+    assert_eq!(room.stats().emotes_stale, 1);
+}
+
+#[test]
+fn scene_actions_come_back_in_the_same_step_and_late_joiners_catch_up() {
+    let (mut room, mut now) = room_with(2, RoomConfig::default());
+    let scene = |seq, op| Input::Scene {
+        seq,
+        scene: "game".into(),
+        op,
+    };
+    room.input(1, scene(1, SceneOp::Join));
+    room.input(1, scene(2, SceneOp::Action(b"move e4".to_vec())));
+    let out = step(&mut room, &mut now);
+    let tick = room.tick();
+    let e1 = room.entity_of(1).unwrap();
+    let e2 = room.entity_of(2).unwrap();
+    let ticks: Vec<_> = events(&out)
+        .into_iter()
+        .filter_map(|e| match &e.body {
+            EventBody::SceneTick { tick, actions, .. } => {
+                Some((e.to.clone(), *tick, actions.clone()))
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        ticks,
+        vec![(vec![1], tick, vec![(e1, b"move e4".to_vec())])]
+    );
+    room.input(2, scene(1, SceneOp::Action(b"x".to_vec())));
+    room.input(2, scene(2, SceneOp::Join));
+    let out = step(&mut room, &mut now);
+    assert_eq!(rejected(&out), vec![(vec![2], 1, Refusal::NotInScene)]);
+    let client: Vec<_> = events(&out)
+        .into_iter()
+        .filter_map(|e| match &e.body {
+            EventBody::SceneClient {
+                entity,
+                event,
+                state,
+                ..
+            } => Some((e.to.clone(), *entity, *event, *state)),
+            EventBody::SceneSync {
+                tick: t,
+                client_state,
+                ..
+            } => {
+                assert_eq!(
+                    *t,
+                    tick - 1,
+                    "the initial state, from before the scene's first tick"
+                );
+                assert_eq!(*client_state, SceneClientState::CatchingUp);
+                None
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        client,
+        vec![
+            (
+                vec![1, 2],
+                e2,
+                SceneClientEvent::ClientJoined,
+                SceneClientState::WaitingForLateJoinerSync
+            ),
+            (
+                vec![1, 2],
+                e2,
+                SceneClientEvent::BeginCatchUp,
+                SceneClientState::CatchingUp
+            ),
+        ]
+    );
+    room.input(2, scene(3, SceneOp::CaughtUp));
+    let out = step(&mut room, &mut now);
+    assert!(events(&out).iter().any(|e| matches!(
+        e.body,
+        EventBody::SceneClient {
+            event: SceneClientEvent::CaughtUp,
+            state: SceneClientState::Normal,
+            ..
+        }
+    )));
+    room.leave(1);
+    let out = step(&mut room, &mut now);
+    let left: Vec<_> = events(&out)
+        .into_iter()
+        .filter_map(|e| match &e.body {
+            EventBody::SceneClient { entity, event, .. } => Some((e.to.clone(), *entity, *event)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        left,
+        vec![
+            (vec![2], e1, SceneClientEvent::ClientLeft),
+            (vec![2], e2, SceneClientEvent::MasterChanged),
+        ]
+    );
+}
+
+#[test]
+fn event_sequence_numbers_are_gap_free() {
+    let (mut room, mut now) = room_with(2, near_props_config());
+    room.input(1, interact(1, InteractionKind::Pickup, 1));
+    room.input(2, interact(1, InteractionKind::Pickup, 1));
+    room.input(2, interact(2, InteractionKind::Pickup, 2));
+    let mut all = step(&mut room, &mut now);
+    room.leave(1);
+    all.extend(step(&mut room, &mut now));
+    let seqs: Vec<u64> = events(&all).iter().map(|e| e.room_seq).collect();
+    assert_eq!(seqs, (1..=seqs.len() as u64).collect::<Vec<_>>());
+    assert!(seqs.len() >= 4);
+}
+
+#[test]
+fn snapshot_restore_round_trip() {
+    let (mut room, mut now) = room_with(3, near_props_config());
+    let e2 = room.entity_of(2).unwrap();
+    room.input(1, interact(1, InteractionKind::Pickup, 1));
+    room.input(1, consent(2, ConsentOp::Request, "hand_hold", e2, 0));
+    room.input(3, consent(2, ConsentOp::Request, "follow", e2, 0));
+    room.input(
+        2,
+        Input::Emote {
+            seq: 3,
+            request: EmoteRequest {
+                emote_id: "clap".into(),
+                timestamp_ms: 77,
+                stop: false,
+            },
+        },
+    );
+    room.input(
+        3,
+        Input::Scene {
+            seq: 4,
+            scene: "s".into(),
+            op: SceneOp::Join,
+        },
+    );
+    step(&mut room, &mut now);
+    room.input(
+        3,
+        Input::Scene {
+            seq: 5,
+            scene: "s".into(),
+            op: SceneOp::Action(vec![1, 2, 3]),
+        },
+    );
+    room.input(2, consent(6, ConsentOp::Consent, "", 0, 1));
+    for _ in 0..5 {
+        step(&mut room, &mut now);
+    }
+    let snap = room.snapshot();
+    assert_eq!(snap.members.len(), 3);
+    assert_eq!(snap.consents.len(), 2);
+    assert_eq!(snap.consents[0].state, ConsentState::Consented);
+    assert_eq!(snap.props[0].holder, Some((1, room.entity_of(1).unwrap())));
+    assert_eq!(snap.scenes["s"].log.len(), 1);
+
+    let mut restored = Room::new("r", near_props_config());
+    restored.restore(snap.clone());
+    let mut again = restored.snapshot();
+    // Rotations restart upright; positions of loose props are exact, held ones follow hands.
+    for (a, b) in again.props.iter_mut().zip(&snap.props) {
+        for k in 0..3 {
+            assert!(
+                (a.position[k] - b.position[k]).abs() < 1e-3,
+                "{a:?} vs {b:?}"
+            );
+        }
+        a.position = b.position;
+        a.rotation = b.rotation;
+        a.velocity = b.velocity;
+    }
+    assert_eq!(again, snap);
+    // The restored room carries on: ids are not reused, sequences continue.
+    restored.join(9);
+    restored.input(2, consent(1, ConsentOp::Activate, "", 0, 1));
+    restored.input(1, consent(2, ConsentOp::Activate, "", 0, 1));
+    let mut out = Vec::new();
+    restored.step(now + 20, &mut out);
+    let e9 = restored.entity_of(9).unwrap();
+    assert!(snap.members.iter().all(|m| m.entity != e9));
+    assert_eq!(
+        consent_trail(&out),
+        vec![
+            "audit:consent.refused",
+            "rejected:not_requester:[2]",
+            "audit:consent.active",
+            "event:active:[1, 2]",
+        ]
+    );
+    let first_seq = events(&out)[0].room_seq;
+    assert_eq!(first_seq, snap.room_seq + 1);
+    assert!(
+        matches!(out.iter().find(|o| matches!(o, Outbound::Audit { .. })), Some(Outbound::Audit { local_seq, .. }) if *local_seq == snap.audit_seq + 1)
+    );
+}
+
+#[test]
+fn same_inputs_give_the_same_outputs_with_every_kind_of_input() {
+    fn run() -> Vec<Outbound> {
+        let mut room = Room::new("r", near_props_config());
+        let mut all = Vec::new();
+        for s in 1..=4 {
+            room.join(s);
+        }
+        for t in 1..=60u64 {
+            let s = t % 4 + 1;
+            let other = (t + 1) % 4 + 1;
+            match t % 6 {
+                0 => room.input(
+                    s,
+                    interact(t as u32, InteractionKind::Pickup, (t % 2 + 1) as u32),
+                ),
+                1 => room.input(
+                    s,
+                    Input::Interact {
+                        seq: t as u32,
+                        request: InteractionRequest {
+                            kind: InteractionKind::Throw,
+                            prop_id: (t % 2 + 1) as u32,
+                            room: None,
+                            position: [0.0; 3],
+                            velocity: [1.0, 2.0, 0.5],
+                        },
+                    },
+                ),
+                2 => room.input(
+                    s,
+                    consent(t as u32, ConsentOp::Request, "follow", other as u32, 0),
+                ),
+                3 => room.input(
+                    other,
+                    consent(t as u32, ConsentOp::Consent, "", 0, t / 6 + 1),
+                ),
+                4 => room.input(
+                    s,
+                    Input::Scene {
+                        seq: t as u32,
+                        scene: "s".into(),
+                        op: if t < 12 {
+                            SceneOp::Join
+                        } else {
+                            SceneOp::Action(vec![t as u8])
+                        },
+                    },
+                ),
+                _ => room.input(
+                    s,
+                    Input::Emote {
+                        seq: t as u32,
+                        request: EmoteRequest {
+                            emote_id: "wave".into(),
+                            timestamp_ms: t,
+                            stop: false,
+                        },
+                    },
+                ),
+            }
+            if t == 40 {
+                room.leave(2);
+            }
+            room.step(t * 20, &mut all);
+        }
+        all
+    }
+    let a = run();
+    assert!(a.iter().any(|o| matches!(o, Outbound::Audit { .. })));
+    assert!(a.iter().any(|o| matches!(
+        o,
+        Outbound::Event(RoomEvent {
+            body: EventBody::Prop { .. },
+            ..
+        })
+    )));
+    assert_eq!(a, run());
+}
