@@ -33,6 +33,10 @@
 //!   at once and deleted by [`Directory::sweep`]. Writes by wallet are fenced by the epoch of the
 //!   room the entry is in *now*: a [`DirectoryError::StaleEpoch`] whose `room` is not the
 //!   caller's room means the wallet moved on, not that the caller lost its lease.
+//! - **Resume entries** are opaque bytes under an unguessable token with a TTL, taken once
+//!   (a gateway stores one when a client's connection drops; any gateway takes it back).
+//!   Expired entries are invisible at once and deleted by [`Directory::sweep`] (memory) or by
+//!   Redis key expiry.
 //! - **Time**: lease deadlines are absolute milliseconds of the *store's* clock (the injected
 //!   [`Clock`] in memory, Redis `TIME` in Redis), never the caller's wall clock.
 
@@ -202,10 +206,25 @@ pub trait Directory: Send + Sync + 'static {
     ) -> Result<(), DirectoryError>;
     /// Removes and returns the room's handoff snapshot with the epoch that wrote it.
     async fn take_handoff(&self, room: &str) -> Result<Option<(Epoch, Vec<u8>)>, DirectoryError>;
+
+    // === resume tokens (a client comes back through any gateway) ===
+
+    /// Stores an opaque resume entry under `token` for `ttl_ms` of store time (replacing one
+    /// stored under the same token). Not fenced: tokens are unguessable and taken once.
+    async fn put_resume(
+        &self,
+        token: &str,
+        entry: Vec<u8>,
+        ttl_ms: u64,
+    ) -> Result<(), DirectoryError>;
+    /// Removes and returns the live entry of `token`; `None` if absent or expired.
+    async fn take_resume(&self, token: &str) -> Result<Option<Vec<u8>>, DirectoryError>;
 }
 
 /// Longest accepted id (wallet, room, node, kind) in bytes.
 pub const MAX_ID_LEN: usize = 256;
+/// Largest accepted resume entry in bytes.
+pub const MAX_RESUME_BYTES: usize = 64 * 1024;
 /// Longest accepted lease TTL (one day).
 pub const MAX_TTL_MS: u64 = 86_400_000;
 /// Largest accepted audit `detail` in bytes.
@@ -267,6 +286,13 @@ pub(crate) mod validate {
         id("audit kind", kind)?;
         if detail.len() > crate::MAX_AUDIT_DETAIL {
             return Err(DirectoryError::Invalid("audit detail too large".into()));
+        }
+        Ok(())
+    }
+
+    pub(crate) fn resume(entry: &[u8]) -> Result<(), DirectoryError> {
+        if entry.len() > crate::MAX_RESUME_BYTES {
+            return Err(DirectoryError::Invalid("resume entry too large".into()));
         }
         Ok(())
     }

@@ -57,6 +57,8 @@ struct State {
     profiles: HashMap<String, ProfileRec>,
     audit: HashMap<String, Vec<AuditRecord>>,
     handoff: HashMap<String, (Epoch, Vec<u8>)>,
+    /// token → (expiry in store ms, entry).
+    resume: HashMap<String, (u64, Vec<u8>)>,
 }
 
 impl MemoryDirectory {
@@ -506,6 +508,9 @@ impl Directory for MemoryDirectory {
             presence.contains_key(w) || p.at_ms.saturating_add(PROFILE_ORPHAN_GRACE_MS) > now
         });
         removed += (before - profiles.len()) as u32;
+        let before = st.resume.len();
+        st.resume.retain(|_, (until, _)| *until > now);
+        removed += (before - st.resume.len()) as u32;
         if removed > 0 {
             tracing::debug!(removed, "directory sweep");
         }
@@ -622,5 +627,29 @@ impl Directory for MemoryDirectory {
     async fn take_handoff(&self, room: &str) -> Result<Option<(Epoch, Vec<u8>)>, DirectoryError> {
         validate::id("room", room)?;
         Ok(self.state.lock().handoff.remove(room))
+    }
+
+    async fn put_resume(
+        &self,
+        token: &str,
+        entry: Vec<u8>,
+        ttl_ms: u64,
+    ) -> Result<(), DirectoryError> {
+        validate::id("resume token", token)?;
+        validate::ttl(ttl_ms)?;
+        validate::resume(&entry)?;
+        let now = self.now_ms();
+        self.state
+            .lock()
+            .resume
+            .insert(token.to_string(), (now + ttl_ms, entry));
+        Ok(())
+    }
+
+    async fn take_resume(&self, token: &str) -> Result<Option<Vec<u8>>, DirectoryError> {
+        validate::id("resume token", token)?;
+        let now = self.now_ms();
+        let taken = self.state.lock().resume.remove(token);
+        Ok(taken.and_then(|(until, e)| (until > now).then_some(e)))
     }
 }

@@ -36,7 +36,7 @@
 //! `Pplace:{room}` (hash), `Ppres` (zset wallet→until), `Pp:{wallet}`
 //! (hash), `Pents:{room}` (hash entity→wallet), `Proom:{room}` (set of wallets), `Pprofs`
 //! (zset wallet→at), `Pprof:{wallet}` (hash), `Paudit:{room}` (list of JSON records),
-//! `Phandoff:{room}` (hash). Scripts build keys from arguments, which standalone Redis allows.
+//! `Phandoff:{room}` (hash), `Presume:{token}` (string with a Redis TTL). Scripts build keys from arguments, which standalone Redis allows.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -809,6 +809,33 @@ impl Directory for RedisDirectory {
             _ => Ok(None),
         }
     }
+
+    async fn put_resume(
+        &self,
+        token: &str,
+        entry: Vec<u8>,
+        ttl_ms: u64,
+    ) -> Result<(), DirectoryError> {
+        validate::id("resume token", token)?;
+        validate::ttl(ttl_ms)?;
+        validate::resume(&entry)?;
+        let ttl = ttl_ms.to_string();
+        self.run(
+            &self.s.put_resume,
+            &[token.as_bytes(), &entry, ttl.as_bytes()],
+        )
+        .await?;
+        Ok(())
+    }
+
+    async fn take_resume(&self, token: &str) -> Result<Option<Vec<u8>>, DirectoryError> {
+        validate::id("resume token", token)?;
+        let r = self.run(&self.s.take_resume, &[token.as_bytes()]).await?;
+        match string(&r, 0)?.as_str() {
+            "ok" => Ok(Some(bytes(&r, 1)?)),
+            _ => Ok(None),
+        }
+    }
 }
 
 // === Lua ===
@@ -835,6 +862,8 @@ struct Scripts {
     audit_append: Script,
     put_handoff: Script,
     take_handoff: Script,
+    put_resume: Script,
+    take_resume: Script,
 }
 
 impl Scripts {
@@ -861,6 +890,8 @@ impl Scripts {
             audit_append: s(AUDIT_APPEND),
             put_handoff: s(PUT_HANDOFF),
             take_handoff: s(TAKE_HANDOFF),
+            put_resume: s(PUT_RESUME),
+            take_resume: s(TAKE_RESUME),
         }
     }
 }
@@ -1204,6 +1235,21 @@ local _, err = check(ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4]), now_ms())
 if err then return err end
 redis.call('HSET', P .. 'handoff:' .. ARGV[2], 'era', ARGV[3], 'counter', ARGV[4], 'state', ARGV[5])
 return {'ok'}
+"#;
+
+/// ARGV: prefix, token, entry, ttl ms. Redis expires the key (server time).
+const PUT_RESUME: &str = r#"
+redis.call('SET', P .. 'resume:' .. ARGV[2], ARGV[3], 'PX', tonumber(ARGV[4]))
+return {'ok'}
+"#;
+
+/// ARGV: prefix, token. Taken once.
+const TAKE_RESUME: &str = r#"
+local k = P .. 'resume:' .. ARGV[2]
+local v = redis.call('GET', k)
+if not v then return {'none'} end
+redis.call('DEL', k)
+return {'ok', v}
 "#;
 
 const TAKE_HANDOFF: &str = r#"

@@ -669,6 +669,32 @@ pub async fn handoff_roundtrip(env: &dyn Env) {
     );
 }
 
+pub async fn resume_entries_taken_once_and_expire(env: &dyn Env) {
+    let d = env.dir();
+    assert_eq!(d.take_resume("tok-a").await.unwrap(), None);
+    d.put_resume("tok-a", vec![1, 0, 255], LONG).await.unwrap();
+    d.put_resume("tok-a", vec![7, 7], LONG).await.unwrap();
+    d.put_resume("tok-b", Vec::new(), LONG).await.unwrap();
+    // Taken once, the latest value.
+    assert_eq!(d.take_resume("tok-a").await.unwrap(), Some(vec![7, 7]));
+    assert_eq!(d.take_resume("tok-a").await.unwrap(), None);
+    assert_eq!(d.take_resume("tok-b").await.unwrap(), Some(Vec::new()));
+    // Expired entries are gone (invisible at once, deleted by the sweep or Redis).
+    d.put_resume("tok-c", vec![3], env.short_ttl())
+        .await
+        .unwrap();
+    d.put_resume("tok-d", vec![4], LONG).await.unwrap();
+    env.elapse(env.short_ttl() + 1).await;
+    d.sweep().await.unwrap();
+    assert_eq!(d.take_resume("tok-c").await.unwrap(), None);
+    assert_eq!(d.take_resume("tok-d").await.unwrap(), Some(vec![4]));
+    // Bounds.
+    assert!(d.put_resume("", vec![1], LONG).await.is_err());
+    assert!(d.put_resume("t", vec![1], 0).await.is_err());
+    let big = vec![0u8; plaza_directory::MAX_RESUME_BYTES + 1];
+    assert!(d.put_resume("t", big, LONG).await.is_err());
+}
+
 pub async fn rejects_invalid_input(env: &dyn Env) {
     let d = env.dir();
     let inv = |r: Result<(), DirectoryError>| assert_eq!(r.unwrap_err().code(), "invalid");
@@ -766,6 +792,7 @@ macro_rules! all_suite_tests {
             audit_gap_free_and_fenced,
             audit_concurrent_appends,
             handoff_roundtrip,
+            resume_entries_taken_once_and_expire,
             rejects_invalid_input,
             odd_ids_are_opaque,
         );
