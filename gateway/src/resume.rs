@@ -1,13 +1,18 @@
 //! Resume tokens: a client that lost its connection presents its token to take its session
-//! (id, identity, room) back. Entries expire; the store is bounded.
+//! (id, identity, room) back. Entries expire; the local map is bounded.
 //!
-//! This store is per gateway process; a cluster-wide store through the directory is the next
-//! step (see docs/ARCHITECTURE.md).
+//! With a directory ([`ResumeStore::with_directory`]) every entry is also stored there
+//! (`put_resume`, same TTL), so a client whose gateway died takes its session back through
+//! any other gateway ([`ResumeStore::take_shared`]). The directory copy is written in the
+//! background: a gateway killed within a few milliseconds of a disconnect may lose that one
+//! entry (the client then starts a new session). Entries are encoded with [`encode_entry`];
+//! [`decode_entry`] refuses malformed bytes without panicking.
 
 use std::collections::HashMap;
 use std::time::Duration;
 
 use parking_lot::Mutex;
+use plaza_directory::SharedDirectory;
 use rand::Rng as _;
 use tokio::time::Instant;
 
@@ -24,26 +29,74 @@ pub struct ResumeEntry {
     pub entity: u32,
 }
 
-/// A bounded, expiring map of resume tokens.
-#[derive(Debug)]
+/// A bounded, expiring map of resume tokens, optionally shared through the directory.
 pub struct ResumeStore {
     ttl: Duration,
     cap: usize,
     entries: Mutex<HashMap<String, (Instant, ResumeEntry)>>,
+    directory: Option<SharedDirectory>,
+}
+
+impl std::fmt::Debug for ResumeStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ResumeStore")
+            .field("ttl", &self.ttl)
+            .field("cap", &self.cap)
+            .field("shared", &self.directory.is_some())
+            .finish()
+    }
 }
 
 impl ResumeStore {
-    /// A store whose entries live `ttl`, holding at most `cap`.
+    /// A per-process store whose entries live `ttl`, holding at most `cap`.
     pub fn new(ttl: Duration, cap: usize) -> Self {
         Self {
             ttl,
             cap,
             entries: Mutex::new(HashMap::new()),
+            directory: None,
         }
     }
 
-    /// Keeps `entry` under `token`.
+    /// A store that also keeps every entry in `directory`, so any gateway can take it.
+    pub fn with_directory(ttl: Duration, cap: usize, directory: SharedDirectory) -> Self {
+        Self {
+            directory: Some(directory),
+            ..Self::new(ttl, cap)
+        }
+    }
+
+    /// Takes the entry of `token`: from this gateway's map, else from the directory (a client
+    /// that comes back through another gateway). Either way the token is used up everywhere.
+    pub async fn take_shared(&self, token: &str) -> Option<ResumeEntry> {
+        let local = self.take(token);
+        let Some(dir) = &self.directory else {
+            return local;
+        };
+        if token.is_empty() || token.len() > plaza_directory::MAX_ID_LEN {
+            return local;
+        }
+        match dir.take_resume(token).await {
+            Ok(Some(bytes)) => local.or_else(|| decode_entry(&bytes)),
+            Ok(None) => local,
+            Err(e) => {
+                tracing::warn!(error = %e, "resume entry lookup failed");
+                local
+            }
+        }
+    }
+
+    /// Keeps `entry` under `token` (and in the directory, in the background, if shared).
     pub fn put(&self, token: String, entry: ResumeEntry) {
+        if let (Some(dir), Ok(rt)) = (&self.directory, tokio::runtime::Handle::try_current()) {
+            let (dir, token, bytes) = (dir.clone(), token.clone(), encode_entry(&entry));
+            let ttl_ms = self.ttl.as_millis().clamp(1, u128::from(u32::MAX)) as u64;
+            rt.spawn(async move {
+                if let Err(e) = dir.put_resume(&token, bytes, ttl_ms).await {
+                    tracing::warn!(error = %e, "resume entry not shared");
+                }
+            });
+        }
         let now = Instant::now();
         let mut g = self.entries.lock();
         if g.len() >= self.cap {
@@ -59,6 +112,69 @@ impl ResumeStore {
     pub fn take(&self, token: &str) -> Option<ResumeEntry> {
         let (t, e) = self.entries.lock().remove(token)?;
         (t.elapsed() < self.ttl).then_some(e)
+    }
+}
+
+/// Encodes a resume entry for the directory: version 1, session id, entity, wallet, room.
+pub fn encode_entry(e: &ResumeEntry) -> Vec<u8> {
+    let mut out = Vec::with_capacity(32 + e.wallet.len());
+    out.push(1u8);
+    out.extend_from_slice(&e.session_id.to_le_bytes());
+    out.extend_from_slice(&e.entity.to_le_bytes());
+    put_str(&mut out, &e.wallet);
+    match &e.room {
+        Some(r) => {
+            out.push(1);
+            put_str(&mut out, r);
+        }
+        None => out.push(0),
+    }
+    out
+}
+
+/// Decodes [`encode_entry`]'s bytes; `None` if they are malformed.
+pub fn decode_entry(b: &[u8]) -> Option<ResumeEntry> {
+    let mut r = Reader(b);
+    if r.take(1)? != [1] {
+        return None;
+    }
+    let session_id = u64::from_le_bytes(r.take(8)?.try_into().ok()?);
+    let entity = u32::from_le_bytes(r.take(4)?.try_into().ok()?);
+    let wallet = r.string()?;
+    let room = match r.take(1)? {
+        [0] => None,
+        [1] => Some(r.string()?),
+        _ => return None,
+    };
+    r.0.is_empty().then_some(ResumeEntry {
+        session_id,
+        wallet,
+        room,
+        entity,
+    })
+}
+
+fn put_str(out: &mut Vec<u8>, s: &str) {
+    let n = u16::try_from(s.len()).unwrap_or(u16::MAX);
+    out.extend_from_slice(&n.to_le_bytes());
+    out.extend_from_slice(&s.as_bytes()[..usize::from(n)]);
+}
+
+struct Reader<'a>(&'a [u8]);
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize) -> Option<&'a [u8]> {
+        if self.0.len() < n {
+            return None;
+        }
+        let (a, b) = self.0.split_at(n);
+        self.0 = b;
+        Some(a)
+    }
+
+    fn string(&mut self) -> Option<String> {
+        let n = u16::from_le_bytes(self.take(2)?.try_into().ok()?);
+        String::from_utf8(self.take(usize::from(n))?.to_vec()).ok()
     }
 }
 
@@ -85,5 +201,53 @@ mod tests {
         assert_eq!(s.take("t"), Some(e));
         assert_eq!(s.take("t"), None);
         assert_ne!(new_token(), new_token());
+    }
+
+    #[test]
+    fn entries_round_trip_and_malformed_bytes_are_refused() {
+        for room in [Some("plaza-1".to_owned()), None] {
+            let e = ResumeEntry {
+                session_id: u64::MAX - 3,
+                wallet: "guest-ü".into(),
+                room,
+                entity: 42,
+            };
+            let b = encode_entry(&e);
+            assert_eq!(decode_entry(&b), Some(e));
+            for cut in 0..b.len() {
+                assert_eq!(decode_entry(&b[..cut]), None, "prefix of {cut} bytes");
+            }
+            let mut longer = b.clone();
+            longer.push(0);
+            assert_eq!(decode_entry(&longer), None);
+        }
+        assert_eq!(decode_entry(&[2, 0, 0]), None);
+    }
+
+    #[tokio::test]
+    async fn a_shared_entry_is_taken_through_another_gateway_once() {
+        let dir: SharedDirectory = std::sync::Arc::new(plaza_directory::MemoryDirectory::new());
+        let a = ResumeStore::with_directory(Duration::from_secs(30), 10, dir.clone());
+        let b = ResumeStore::with_directory(Duration::from_secs(30), 10, dir.clone());
+        let e = ResumeEntry {
+            session_id: 9,
+            wallet: "w".into(),
+            room: Some("r".into()),
+            entity: 5,
+        };
+        a.put("tok".into(), e.clone());
+        // The directory write is in the background: poll (bounded) until gateway b sees it.
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let got = loop {
+            if let Some(got) = b.take_shared("tok").await {
+                break got;
+            }
+            assert!(Instant::now() < deadline, "entry never shared");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        };
+        assert_eq!(got, e);
+        // Used up everywhere: the first gateway's local copy stays, but the directory's is gone.
+        assert_eq!(b.take_shared("tok").await, None);
+        assert_eq!(dir.take_resume("tok").await.unwrap(), None);
     }
 }

@@ -3,16 +3,26 @@
 //!
 //! Pinning resolves the room's placement in the directory (placing it on a live node if it has
 //! none), reuses the node's channel, and records the route. A route is dropped when its session
-//! ends; `invalidate` forgets a room's cached placement after its node failed, so the next pin
-//! resolves afresh.
+//! ends; `invalidate` forgets a room's cached placement after its stream broke or an attach
+//! failed, so the next pin resolves afresh.
+//!
+//! Failover: the node of an invalidated room is *suspected* for [`SUSPECT_FOR`]. While the room
+//! still has a live lease, pins go to its owner (only the owner may run it); once the lease
+//! lapsed, a new placement skips suspected nodes, so a node killed with `kill -9` (whose
+//! heartbeat has not lapsed yet) does not get the room back. If every live node is suspected,
+//! the directory's own pick is used.
 
 use std::collections::HashMap;
 use std::time::Duration;
 
-use plaza_directory::SharedDirectory;
+use plaza_directory::{NodeInfo, SharedDirectory, rendezvous_pick};
 use plaza_proto::node::room_host_client::RoomHostClient;
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
+use tokio::time::Instant;
 use tonic::transport::{Channel, Endpoint};
+
+/// How long the node of an invalidated room is skipped by new placements.
+pub const SUSPECT_FOR: Duration = Duration::from_secs(3);
 
 /// Where a session is pinned.
 #[derive(Clone, Debug)]
@@ -84,6 +94,8 @@ pub struct RouterState {
     placements: HashMap<String, String>,
     /// node id → route (address and channel).
     nodes: HashMap<String, Route>,
+    /// node id → until when new placements skip it.
+    suspects: HashMap<String, Instant>,
 }
 
 impl Actor for RouterActor {
@@ -101,6 +113,7 @@ impl Actor for RouterActor {
             routes: HashMap::new(),
             placements: HashMap::new(),
             nodes: HashMap::new(),
+            suspects: HashMap::new(),
         })
     }
 
@@ -126,7 +139,9 @@ impl Actor for RouterActor {
                 state.routes.remove(&session);
             }
             RouterMsg::Invalidate { room } => {
-                state.placements.remove(&room);
+                if let Some(node) = state.placements.remove(&room) {
+                    state.suspects.insert(node, Instant::now() + SUSPECT_FOR);
+                }
             }
             RouterMsg::Count { reply } => {
                 let _ = reply.send(state.routes.len());
@@ -157,12 +172,12 @@ impl RouterState {
                             None => d.place(room).await.map_err(|_| PinError::NoNode)?,
                         }
                     }
-                    None => d.place(room).await.map_err(|_| PinError::NoNode)?,
+                    None => self.place_unsuspected(room).await?,
                 };
-                if !self
+                if self
                     .nodes
                     .get(&node.id)
-                    .is_some_and(|r| r.addr == node.addr)
+                    .is_none_or(|r| r.addr != node.addr)
                 {
                     let route = connect(&node.id, &node.addr)?;
                     self.nodes.insert(node.id.clone(), route);
@@ -174,6 +189,30 @@ impl RouterState {
         let route = self.nodes.get(&node_id).cloned().ok_or(PinError::NoNode)?;
         self.routes.insert(session, (room.to_owned(), node_id));
         Ok(route)
+    }
+}
+
+impl RouterState {
+    /// A node for an unplaced room: the rendezvous pick among live, non-draining nodes that
+    /// are not suspected, else the directory's own pick.
+    async fn place_unsuspected(&mut self, room: &str) -> Result<NodeInfo, PinError> {
+        let now = Instant::now();
+        self.suspects.retain(|_, until| *until > now);
+        let d = &self.directory;
+        if !self.suspects.is_empty() {
+            let nodes: Vec<NodeInfo> = d
+                .live_nodes()
+                .await
+                .map_err(|e| PinError::Directory(e.to_string()))?
+                .into_iter()
+                .filter(|n| !self.suspects.contains_key(&n.id))
+                .collect();
+            // `live_nodes` already dropped lapsed heartbeats; 0 keeps every one of them.
+            if let Some(n) = rendezvous_pick(room, &nodes, 0) {
+                return Ok(n.clone());
+            }
+        }
+        d.place(room).await.map_err(|_| PinError::NoNode)
     }
 }
 

@@ -456,8 +456,18 @@ impl Session {
     async fn on_detach(&mut self, d: node::Detach) -> Step {
         let reason =
             node::DetachReason::try_from(d.reason).unwrap_or(node::DetachReason::Unspecified);
-        self.node = None;
+        let link = self.node.take();
         self.shared.router.unpin(self.session_id);
+        // The node hands its room to another node: move the session there without a
+        // disconnect. (A Detach answering an attach has no link; it closes as before.)
+        if let (node::DetachReason::Draining, Some(link)) = (reason, &link) {
+            self.shared.router.invalidate(&link.room);
+            self.shared.metrics.resume("draining");
+            return match Box::pin(self.attach(&link.room, true, link.entity)).await {
+                Ok(()) => Step::Continue,
+                Err(code) => Step::Close(code),
+            };
+        }
         match reason {
             node::DetachReason::RoomFull => {
                 self.error(pb::ErrorCode::RoomFull, "room is full", 0);

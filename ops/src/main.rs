@@ -1,6 +1,9 @@
 //! The `plaza` binary: `plaza up` runs every role in one process; `plaza node` and
 //! `plaza gateway` run one role of a cluster; `plaza config print` shows the effective
 //! configuration and where each value came from.
+//!
+//! Signals: SIGINT/SIGTERM stop the process in order; a `plaza node` first drains (hands its
+//! rooms to other nodes, whose gateways move the sessions without a disconnect).
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -55,9 +58,12 @@ struct RoleArgs {
     /// Redis URL of the cluster directory.
     #[arg(long)]
     redis: Option<String>,
-    /// Node id (for `node`).
+    /// Node id (for `node`; registered with a boot suffix).
     #[arg(long)]
     node_id: Option<String>,
+    /// Append room activations and directory commits to this file (for `node`/`up`).
+    #[arg(long)]
+    event_log: Option<PathBuf>,
 }
 
 fn load(args: &RoleArgs, role: Roles) -> anyhow::Result<(PlazaConfig, Provenance)> {
@@ -82,6 +88,10 @@ fn load(args: &RoleArgs, role: Roles) -> anyhow::Result<(PlazaConfig, Provenance
     if let Some(n) = &args.node_id {
         cfg.node.id = n.clone();
         prov.insert("node.id".into(), Source::Flag);
+    }
+    if let Some(p) = &args.event_log {
+        cfg.node.event_log = p.display().to_string();
+        prov.insert("node.event_log".into(), Source::Flag);
     }
     cfg.validate()?;
     Ok((cfg, prov))
@@ -124,12 +134,21 @@ async fn run(cfg: PlazaConfig, roles: Roles) -> anyhow::Result<()> {
         plaza.admin_addr()
     );
     wait_for_signal().await;
+    if roles == Roles::Node {
+        // A node hands its rooms to other nodes first; gateways move the sessions.
+        tracing::info!("draining");
+        let handed = plaza.drain(DRAIN_TIMEOUT).await;
+        tracing::info!(rooms = handed, "drained");
+    }
     tracing::info!("shutting down");
     plaza.shutdown().await;
     tracing::info!("stopped");
     telemetry.shutdown();
     Ok(())
 }
+
+/// Longest a node waits for its rooms and sessions to move away on SIGTERM.
+const DRAIN_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 
 async fn wait_for_signal() {
     #[cfg(unix)]
