@@ -1100,4 +1100,6 @@ fn spawn_point(center: [f32; 3], entity: u32) -> [f32; 3] {
 }
 
 #[cfg(test)]
+mod proptests;
+#[cfg(test)]
 mod tests;
