@@ -815,8 +815,9 @@ impl Bot {
             let i = Interaction {
                 kind: InteractionKind::Place as i32,
                 prop_id: prop,
-                position: Some(vec3([pos[0] + 0.5, pos[1], pos[2]])),
+                position: Some(vec3([pos[0] + 0.5, pos[1] + 0.5, pos[2]])),
                 velocity: Some(vec3([0.0; 3])),
+                room_id: String::new(),
             };
             return self.send(ws, CBody::Interaction(i)).await;
         }
@@ -827,6 +828,7 @@ impl Bot {
                 prop_id: self.rng.random_range(1..=mix.props),
                 position: Some(vec3(pos)),
                 velocity: None,
+                room_id: String::new(),
             };
             return self.send(ws, CBody::Interaction(i)).await;
         }
@@ -876,6 +878,7 @@ impl Bot {
             EventKind::SceneTick(_) => "scene_tick",
             EventKind::SceneSync(_) => "scene_sync",
             EventKind::Rejected(_) => "rejected",
+            EventKind::SceneClient(_) => "scene_client",
         };
         self.shared.stats.keyed.lock().events_by_kind.bump(name);
         let own = self.own_entity;

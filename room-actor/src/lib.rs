@@ -16,6 +16,7 @@ pub mod room;
 pub mod rooms;
 pub mod service;
 mod trace;
+mod wire;
 
 use std::io::Write as _;
 use std::net::SocketAddr;

@@ -51,6 +51,8 @@ pub struct NodeMetrics {
     pub placement_events: Family<EventLabel, Counter>,
     /// Directory calls that failed, by error code.
     pub directory_errors: Family<ReasonLabel, Counter>,
+    /// Consent audit records appended durably.
+    pub audit_appended: Counter,
 }
 
 /// Placement and lifecycle events, pre-created so dashboards see zero series.
@@ -110,6 +112,7 @@ impl NodeMetrics {
             outbound_dropped: Counter::default(),
             placement_events: Family::default(),
             directory_errors: Family::default(),
+            audit_appended: Counter::default(),
         }
     }
 
@@ -162,6 +165,11 @@ impl NodeMetrics {
             "placement_events",
             "Room lifecycle and placement events on this node",
             self.placement_events.clone(),
+        );
+        r.register(
+            "audit_records",
+            "Consent audit records appended durably",
+            self.audit_appended.clone(),
         );
         r.register(
             "directory_errors",

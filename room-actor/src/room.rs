@@ -16,9 +16,9 @@ use std::time::Duration;
 
 use plaza_directory::{Epoch, PresenceEntry, Renewal, RoomLease, SharedDirectory, Sources};
 use plaza_proto::node::{self, NodeOutbound, node_outbound};
-use plaza_proto::pb::{self, client_envelope, server_envelope};
+use plaza_proto::pb::{self, server_envelope};
 use plaza_proto::quant::Pose;
-use plaza_room_core::{Input, JoinRefusal, MoveInput, Outbound, RejectReason, Room, SessionId};
+use plaza_room_core::{JoinRefusal, Outbound, RejectReason, Room, SessionId};
 use prost::Message as _;
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 use tokio::sync::mpsc;
@@ -126,6 +126,8 @@ struct Link {
     /// Server envelope sequence for this session.
     seq: u32,
     entity: Option<u32>,
+    /// Decoder of this sender's compressed movement timestamps (one per sender).
+    timestamps: plaza_proto::compressed::TimestampDecoder,
 }
 
 /// A room actor's state.
@@ -146,6 +148,10 @@ pub struct RoomState {
     presence: mpsc::UnboundedSender<PresenceOp>,
     node_id: String,
     epoch: Epoch,
+    /// For durable audit appends (fenced by the activation's current epoch; the store refuses
+    /// an epoch whose lease is not live).
+    directory: SharedDirectory,
+    activation: Arc<Activation>,
 }
 
 /// What an outbound envelope is, for backpressure.
@@ -228,6 +234,8 @@ impl Actor for RoomActor {
             presence,
             node_id: args.node_id,
             epoch: args.epoch,
+            directory: args.directory,
+            activation: args.activation,
         })
     }
 
@@ -276,6 +284,7 @@ impl Actor for RoomActor {
                         tx,
                         seq: 0,
                         entity: None,
+                        timestamps: Default::default(),
                     },
                 );
                 state.metrics.sessions.inc();
@@ -291,7 +300,7 @@ impl Actor for RoomActor {
                 }
             }
             RoomMsg::Tick => {
-                state.on_tick();
+                state.on_tick().await?;
                 if state.room.is_empty() && state.links.is_empty() {
                     let since = *state.empty_since.get_or_insert_with(Instant::now);
                     if since.elapsed() >= state.cfg.empty_grace {
@@ -316,45 +325,34 @@ impl RoomState {
     /// Turns a client envelope into room input.
     fn on_envelope(&mut self, session: SessionId, env: pb::ClientEnvelope) {
         let seq = env.sequence;
-        match env.body {
-            Some(client_envelope::Body::Movement(m)) => {
-                let pose = pose_from_movement(&m);
-                self.room.input(
-                    session,
-                    Input::Move(MoveInput {
-                        seq,
-                        pose,
-                        timestamp_s: m.timestamp,
-                        is_instant: m.is_instant,
-                    }),
-                );
-            }
-            Some(client_envelope::Body::Resync(_)) => self.room.input(session, Input::Resync),
-            Some(client_envelope::Body::Leave(_)) => {
-                // The stream stays open until the Left envelope is out; then the link closes.
-                self.room.leave(session);
-            }
-            Some(other) => {
-                let what = body_name(&other);
+        let Some(body) = env.body else { return };
+        let Some(link) = self.links.get_mut(&session) else {
+            return;
+        };
+        match crate::wire::decode(body, seq, &mut link.timestamps) {
+            crate::wire::Decoded::Input(input) => self.room.input(session, input),
+            // The stream stays open until the Left envelope is out; then the link closes.
+            crate::wire::Decoded::Leave => self.room.leave(session),
+            crate::wire::Decoded::Invalid(what, why) => {
                 self.send_envelope(
                     session,
                     server_envelope::Body::Error(pb::Error {
                         code: pb::ErrorCode::InvalidInput as i32,
-                        message: format!("{what} is not handled by this room"),
+                        message: format!("{what}: {why}"),
                         in_reply_to: seq,
                         ..Default::default()
                     }),
                     Kind::Control,
                 );
             }
-            None => {}
+            crate::wire::Decoded::Ignore => {}
         }
     }
 
     /// Runs the simulation steps and the broadcast that wall time says are due.
     ///
     /// Performance: runs every tick.
-    fn on_tick(&mut self) {
+    async fn on_tick(&mut self) -> Result<(), ActorProcessingErr> {
         let t0 = std::time::Instant::now();
         let elapsed_ms = self.started.elapsed().as_secs_f64() * 1000.0;
         let step_ms = 1000.0 / f64::from(self.cfg.room.tick_hz.max(1));
@@ -385,11 +383,65 @@ impl RoomState {
                 .tick_duration
                 .observe(t0.elapsed().as_secs_f64());
         }
+        // Audit records are appended durably, in order, before anything after them in this
+        // batch (the acknowledging events) is delivered. A room that cannot append stops: no
+        // consent transition is acknowledged without its audit record.
+        let mut audits = Vec::new();
         for o in out.drain(..) {
-            self.deliver(o);
+            match o {
+                Outbound::Audit {
+                    local_seq,
+                    kind,
+                    detail_json,
+                    at_ms,
+                } => audits.push((local_seq, kind, detail_json, at_ms)),
+                other => {
+                    if !audits.is_empty() {
+                        self.append_audits(&mut audits).await?;
+                    }
+                    self.deliver(other);
+                }
+            }
+        }
+        if !audits.is_empty() {
+            self.append_audits(&mut audits).await?;
         }
         self.out = out;
         self.export_stats();
+        Ok(())
+    }
+
+    /// Appends audit records to the directory in order, fenced by this activation's epoch.
+    async fn append_audits(
+        &mut self,
+        audits: &mut Vec<(u64, String, String, u64)>,
+    ) -> Result<(), ActorProcessingErr> {
+        for (local_seq, kind, detail, at_ms) in audits.drain(..) {
+            let append = self.directory.audit_append(
+                &self.room_id,
+                self.activation.epoch(),
+                &kind,
+                &detail,
+                at_ms,
+            );
+            match tokio::time::timeout(Duration::from_secs(2), append).await {
+                Ok(Ok(seq)) => {
+                    tracing::debug!(room = %self.room_id, local_seq, seq, kind, "audit appended");
+                    self.metrics.audit_appended.inc();
+                }
+                Ok(Err(e)) => {
+                    self.metrics.directory_error(e.code());
+                    tracing::error!(room = %self.room_id, error = %e, "audit append failed; stopping the room");
+                    return Err(format!("audit append failed: {e}").into());
+                }
+                Err(_) => {
+                    self.metrics.directory_error("timeout");
+                    tracing::error!(room = %self.room_id, "audit append timed out; stopping the room");
+                    return Err("audit append timed out".into());
+                }
+            }
+        }
+        Ok(())
     }
 
     fn deliver(&mut self, o: Outbound) {
@@ -496,6 +548,18 @@ impl RoomState {
                 };
                 self.send_envelope(session, server_envelope::Body::Correction(c), Kind::Control);
             }
+            Outbound::Event(e) => {
+                let ev = crate::wire::event(&e);
+                for session in &e.to {
+                    self.send_envelope(
+                        *session,
+                        server_envelope::Body::Event(ev.clone()),
+                        Kind::Control,
+                    );
+                }
+            }
+            // Appended in `on_tick` before delivery; never reaches here.
+            Outbound::Audit { .. } => {}
             Outbound::Left { session, entity: _ } => {
                 if let Some(link) = self.links.get(&session) {
                     let _ = self.presence.send(PresenceOp::Release {
@@ -809,22 +873,8 @@ fn reject_to_pb(r: RejectReason) -> pb::RejectReason {
         RejectReason::Teleport => pb::RejectReason::Teleport,
         RejectReason::Blocked => pb::RejectReason::Blocked,
         RejectReason::Clock => pb::RejectReason::Clock,
-    }
-}
-
-fn body_name(b: &client_envelope::Body) -> &'static str {
-    match b {
-        client_envelope::Body::Negotiate(_) => "negotiate",
-        client_envelope::Body::Join(_) => "join",
-        client_envelope::Body::Leave(_) => "leave",
-        client_envelope::Body::Movement(_) => "movement",
-        client_envelope::Body::Ping(_) => "ping",
-        client_envelope::Body::Resync(_) => "resync",
-        client_envelope::Body::MovementCompressed(_) => "movement_compressed",
-        client_envelope::Body::Interaction(_) => "interaction",
-        client_envelope::Body::Consent(_) => "consent",
-        client_envelope::Body::Emote(_) => "emote",
-        client_envelope::Body::SceneAction(_) => "scene_action",
+        RejectReason::Airborne => pb::RejectReason::Airborne,
+        RejectReason::UnknownEntity => pb::RejectReason::UnknownEntity,
     }
 }
 

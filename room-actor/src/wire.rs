@@ -1,0 +1,253 @@
+//! Mapping between the wire (`plaza.v1` protobuf) and the room core's inputs and events.
+//!
+//! Generated types stop here: the core sees only its own `Input`, the client sees only
+//! `plaza.v1` messages. Every arm is explicit, so a new message or event is a compile error
+//! until it is mapped.
+
+use plaza_proto::compressed::TimestampDecoder;
+use plaza_proto::pb::{self, client_envelope};
+use plaza_room_core::consent::ConsentOp;
+use plaza_room_core::emotes::EmoteRequest;
+use plaza_room_core::events::{EventBody, PropChange, RoomEvent};
+use plaza_room_core::interactions::{InteractionKind, InteractionRequest};
+use plaza_room_core::scene::{SceneClientEvent, SceneOp};
+use plaza_room_core::{Input, MoveInput};
+
+use crate::room::pose_from_movement;
+
+/// What a client envelope asks of the room.
+#[derive(Debug)]
+pub(crate) enum Decoded {
+    /// An input for the core.
+    Input(Input),
+    /// The client leaves the room.
+    Leave,
+    /// Refused before reaching the core: `(what, why)`.
+    Invalid(&'static str, &'static str),
+    /// Nothing for the room (handled by the gateway or empty).
+    Ignore,
+}
+
+fn v3(v: &Option<pb::Vec3>) -> [f32; 3] {
+    v.as_ref().map_or([0.0; 3], |v| [v.x, v.y, v.z])
+}
+
+/// Decodes one envelope body into room input. `timestamps` is the session's decoder of
+/// compressed movement timestamps (one per sender, as the seed requires).
+pub(crate) fn decode(
+    body: client_envelope::Body,
+    seq: u32,
+    timestamps: &mut TimestampDecoder,
+) -> Decoded {
+    use client_envelope::Body as B;
+    match body {
+        B::Movement(m) => Decoded::Input(Input::Move(MoveInput {
+            seq,
+            pose: pose_from_movement(&m),
+            timestamp_s: m.timestamp,
+            is_instant: m.is_instant,
+        })),
+        B::MovementCompressed(c) => {
+            let compressed = plaza_proto::compressed::Compressed::from(c);
+            match plaza_proto::compressed::decompress(&compressed, timestamps) {
+                Ok(d) => Decoded::Input(Input::Move(MoveInput {
+                    seq,
+                    pose: d.pose,
+                    timestamp_s: d.timestamp_s,
+                    is_instant: false,
+                })),
+                Err(_) => Decoded::Invalid("movement_compressed", "does not decode"),
+            }
+        }
+        B::Resync(_) => Decoded::Input(Input::Resync),
+        B::Leave(_) => Decoded::Leave,
+        B::Interaction(i) => {
+            let kind = match pb::InteractionKind::try_from(i.kind) {
+                Ok(pb::InteractionKind::Pickup) => InteractionKind::Pickup,
+                Ok(pb::InteractionKind::Place) => InteractionKind::Place,
+                Ok(pb::InteractionKind::Throw) => InteractionKind::Throw,
+                _ => return Decoded::Invalid("interaction", "unknown interaction kind"),
+            };
+            Decoded::Input(Input::Interact {
+                seq,
+                request: InteractionRequest {
+                    kind,
+                    prop_id: i.prop_id,
+                    room: (!i.room_id.is_empty()).then_some(i.room_id),
+                    position: v3(&i.position),
+                    velocity: v3(&i.velocity),
+                },
+            })
+        }
+        B::Consent(c) => {
+            let op = match pb::ConsentOp::try_from(c.op) {
+                Ok(pb::ConsentOp::Request) => Some(ConsentOp::Request),
+                Ok(pb::ConsentOp::Consent) => Some(ConsentOp::Consent),
+                Ok(pb::ConsentOp::Decline) => Some(ConsentOp::Decline),
+                Ok(pb::ConsentOp::Activate) => Some(ConsentOp::Activate),
+                Ok(pb::ConsentOp::Release) => Some(ConsentOp::Release),
+                Ok(pb::ConsentOp::Cancel) => Some(ConsentOp::Cancel),
+                // Refused (and audited) by the core.
+                _ => None,
+            };
+            Decoded::Input(Input::Consent {
+                seq,
+                op,
+                kind: c.kind,
+                target_entity: c.target_entity,
+                consent_id: c.consent_id,
+            })
+        }
+        B::Emote(e) => Decoded::Input(Input::Emote {
+            seq,
+            request: EmoteRequest {
+                emote_id: e.emote_id,
+                timestamp_ms: e.timestamp_ms,
+                stop: e.stop,
+            },
+        }),
+        B::SceneAction(a) => Decoded::Input(Input::Scene {
+            seq,
+            scene: a.scene_id,
+            op: SceneOp::Action(a.payload.to_vec()),
+        }),
+        B::SceneControl(c) => {
+            let op = match pb::SceneControlOp::try_from(c.op) {
+                Ok(pb::SceneControlOp::Join) => SceneOp::Join,
+                Ok(pb::SceneControlOp::Leave) => SceneOp::Leave,
+                Ok(pb::SceneControlOp::CaughtUp) => SceneOp::CaughtUp,
+                Ok(pb::SceneControlOp::State) => SceneOp::State {
+                    tick: c.tick,
+                    game_state: c.game_state.to_vec(),
+                },
+                _ => return Decoded::Invalid("scene_control", "unknown scene op"),
+            };
+            Decoded::Input(Input::Scene {
+                seq,
+                scene: c.scene_id,
+                op,
+            })
+        }
+        B::Negotiate(_) | B::Join(_) | B::Ping(_) => Decoded::Ignore,
+    }
+}
+
+/// The `plaza.v1.Event` of a room event.
+pub(crate) fn event(e: &RoomEvent) -> pb::Event {
+    use pb::event::Kind as K;
+    let kind = match &e.body {
+        EventBody::Prop {
+            prop_id,
+            entity: _,
+            holder_entity,
+            revision,
+            change,
+            position,
+        } => K::Prop(pb::PropEvent {
+            prop_id: *prop_id,
+            holder_entity: *holder_entity,
+            revision: *revision,
+            kind: match change {
+                PropChange::Pickup => pb::InteractionKind::Pickup,
+                PropChange::Place => pb::InteractionKind::Place,
+                PropChange::Throw => pb::InteractionKind::Throw,
+                PropChange::Drop => pb::InteractionKind::Drop,
+            } as i32,
+            position: Some(vec3(*position)),
+        }),
+        EventBody::Consent {
+            consent_id,
+            kind,
+            requester_entity,
+            target_entity,
+            state,
+        } => K::Consent(pb::ConsentEvent {
+            consent_id: *consent_id,
+            kind: kind.as_str().to_owned(),
+            requester_entity: *requester_entity,
+            target_entity: *target_entity,
+            state: state.as_str().to_owned(),
+        }),
+        EventBody::Emote {
+            entity,
+            emote_id,
+            stop,
+            timestamp_ms,
+        } => K::Emote(pb::EmoteEvent {
+            entity_id: *entity,
+            emote_id: emote_id.clone(),
+            stop: *stop,
+            timestamp_ms: *timestamp_ms,
+        }),
+        EventBody::SceneTick {
+            scene,
+            tick,
+            actions,
+        } => K::SceneTick(pb::SceneTick {
+            scene_id: scene.clone(),
+            tick: *tick,
+            actions: actions
+                .iter()
+                .map(|(entity, payload)| pb::SceneActionEntry {
+                    entity_id: *entity,
+                    payload: payload.clone().into(),
+                })
+                .collect(),
+        }),
+        EventBody::SceneSync {
+            scene,
+            tick,
+            game_state,
+            client_state,
+        } => K::SceneSync(pb::SceneSync {
+            scene_id: scene.clone(),
+            tick: *tick,
+            game_state: game_state.clone().into(),
+            client_state: client_state.as_str().to_owned(),
+        }),
+        EventBody::SceneClient {
+            scene,
+            entity,
+            event,
+            state,
+        } => K::SceneClient(pb::SceneClientEvent {
+            scene_id: scene.clone(),
+            entity_id: *entity,
+            kind: match event {
+                SceneClientEvent::ClientJoined => pb::SceneClientEventKind::ClientJoined,
+                SceneClientEvent::BeginCatchUp => pb::SceneClientEventKind::BeginCatchUp,
+                SceneClientEvent::CaughtUp => pb::SceneClientEventKind::CaughtUp,
+                SceneClientEvent::ClientLeft => pb::SceneClientEventKind::ClientLeft,
+                SceneClientEvent::MasterChanged => pb::SceneClientEventKind::MasterChanged,
+            } as i32,
+            client_state: state.as_str().to_owned(),
+            tick: 0,
+        }),
+        EventBody::SceneStateRequest { scene, min_tick } => K::SceneClient(pb::SceneClientEvent {
+            scene_id: scene.clone(),
+            entity_id: 0,
+            kind: pb::SceneClientEventKind::StateRequested as i32,
+            client_state: String::new(),
+            tick: *min_tick,
+        }),
+        EventBody::Rejected {
+            in_reply_to,
+            reason,
+        } => K::Rejected(pb::RequestRejected {
+            in_reply_to: *in_reply_to,
+            reason: reason.code().to_owned(),
+        }),
+    };
+    pb::Event {
+        room_seq: e.room_seq,
+        kind: Some(kind),
+    }
+}
+
+fn vec3(p: [f32; 3]) -> pb::Vec3 {
+    pb::Vec3 {
+        x: p[0],
+        y: p[1],
+        z: p[2],
+    }
+}
