@@ -4,6 +4,21 @@
 //! carries its recipients, a per-room sequence number and a typed body that the shell maps
 //! one-to-one onto `plaza.v1.Event`. This module only defines the types and a tiny JSON writer
 //! for audit details; it decides nothing.
+//!
+//! | [`EventBody`]          | `plaza.v1.Event.kind`                                          |
+//! |------------------------|----------------------------------------------------------------|
+//! | `Prop`                 | `prop` (`PropEvent`; `change` -> `InteractionKind`, DROP = 4)  |
+//! | `Consent`              | `consent` (`ConsentEvent`; `state` as [`ConsentState::as_str`])|
+//! | `Emote`                | `emote` (`EmoteEvent`)                                         |
+//! | `SceneTick`            | `scene_tick` (`SceneTick`)                                     |
+//! | `SceneSync`            | `scene_sync` (`SceneSync`)                                     |
+//! | `SceneClient`          | `scene_client` (`SceneClientEvent`)                            |
+//! | `SceneStateRequest`    | `scene_client` with kind `STATE_REQUESTED`, `tick = min_tick`  |
+//! | `Rejected`             | `rejected` (`RequestRejected`; `reason` = [`Refusal::code`])   |
+//!
+//! Recipients: prop events go to every member; consent events to both parties; emotes to the
+//! members whose last broadcast showed the emoter, plus the emoter; scene events to the scene's
+//! clients (ticks only to synced ones); refusals to the requester only.
 
 use std::fmt::Write as _;
 

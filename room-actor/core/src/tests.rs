@@ -901,3 +901,88 @@ fn same_inputs_give_the_same_outputs_with_every_kind_of_input() {
     )));
     assert_eq!(a, run());
 }
+
+#[test]
+fn out_of_reach_pickups_are_refused() {
+    // Default reach (2.5 m) from the default spawn (z = -8): props 1 and 2 are ~13 m away.
+    let (mut room, mut now) = room_with(1, RoomConfig::default());
+    room.input(1, interact(1, InteractionKind::Pickup, 1));
+    let out = step(&mut room, &mut now);
+    assert_eq!(rejected(&out), vec![(vec![1], 1, Refusal::OutOfReach)]);
+    assert_eq!(room.props.slots()[&1].revision, 0);
+}
+
+#[test]
+fn a_joiner_may_act_in_the_step_that_applies_its_join() {
+    let mut room = Room::new("r", near_props_config());
+    room.join(1);
+    room.input(1, interact(1, InteractionKind::Pickup, 1));
+    let mut out = Vec::new();
+    room.step(20, &mut out);
+    let joined = out
+        .iter()
+        .position(|o| matches!(o, Outbound::Joined { .. }))
+        .unwrap();
+    let picked = out
+        .iter()
+        .position(|o| matches!(o, Outbound::Event(_)))
+        .unwrap();
+    assert!(joined < picked);
+    assert_eq!(prop_events(&out), vec![(1, 1, 1, PropChange::Pickup)]);
+}
+
+#[test]
+fn a_late_joiner_waits_for_the_masters_state_when_the_log_overflowed() {
+    let mut cfg = RoomConfig::default();
+    cfg.scene.max_log_actions = 2;
+    let (mut room, mut now) = room_with(2, cfg);
+    let scene = |seq, op| Input::Scene {
+        seq,
+        scene: "g".into(),
+        op,
+    };
+    room.input(1, scene(1, SceneOp::Join));
+    step(&mut room, &mut now);
+    let mut requested = None;
+    for i in 0..4u8 {
+        room.input(1, scene(2, SceneOp::Action(vec![i])));
+        let out = step(&mut room, &mut now);
+        for e in events(&out) {
+            if let EventBody::SceneStateRequest { min_tick, .. } = e.body {
+                assert_eq!(e.to, vec![1], "asked of the master");
+                requested.get_or_insert(min_tick);
+            }
+        }
+    }
+    assert!(requested.is_some());
+    room.input(2, scene(1, SceneOp::Join));
+    let out = step(&mut room, &mut now);
+    assert!(
+        !events(&out)
+            .iter()
+            .any(|e| matches!(e.body, EventBody::SceneSync { .. })),
+        "the log no longer reaches the initial state"
+    );
+    let at = room.tick() - 1;
+    room.input(
+        1,
+        scene(
+            3,
+            SceneOp::State {
+                tick: at,
+                game_state: b"board".to_vec(),
+            },
+        ),
+    );
+    let out = step(&mut room, &mut now);
+    let sync = events(&out)
+        .into_iter()
+        .find_map(|e| match &e.body {
+            EventBody::SceneSync {
+                tick, game_state, ..
+            } => Some((e.to.clone(), *tick, game_state.clone())),
+            _ => None,
+        })
+        .expect("the joiner gets the reported state");
+    assert_eq!(sync, (vec![2], at, b"board".to_vec()));
+}
