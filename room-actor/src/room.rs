@@ -294,9 +294,10 @@ impl Actor for RoomActor {
             RoomMsg::Input { session, envelope } => state.on_envelope(session, envelope),
             RoomMsg::KeyframeNeeded { session } => state.room.request_keyframe(session),
             RoomMsg::Detach { session } => {
-                if state.links.remove(&session).is_some() {
+                if let Some(link) = state.links.remove(&session) {
                     state.metrics.sessions.dec();
                     state.room.leave(session);
+                    release_presence(&state.presence, &link);
                 }
             }
             RoomMsg::Tick => {
@@ -620,6 +621,7 @@ impl RoomState {
             if link.entity.is_some() {
                 self.room.leave(session);
             }
+            release_presence(&self.presence, &link);
         }
     }
 
@@ -692,6 +694,16 @@ impl Activation {
 
     fn set_epoch(&self, epoch: Epoch) {
         *self.epoch.lock().unwrap_or_else(|e| e.into_inner()) = epoch;
+    }
+}
+
+/// Releases the presence of a link that leaves without a `Left` (its stream ended or was
+/// dropped), if it had joined; `Left` releases the others.
+fn release_presence(tx: &mpsc::UnboundedSender<PresenceOp>, link: &Link) {
+    if link.entity.is_some() {
+        let _ = tx.send(PresenceOp::Release {
+            wallet: link.wallet.clone(),
+        });
     }
 }
 

@@ -3,6 +3,8 @@
 //!
 //! Waits are bounded polls on conditions, never fixed sleeps.
 
+pub mod cluster;
+
 use std::net::SocketAddr;
 use std::time::Duration;
 

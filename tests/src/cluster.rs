@@ -1,0 +1,555 @@
+//! A multi-process Plaza cluster on loopback for whole-system fault tests: a real `redis-server`
+//! ([`RedisServer`]), `plaza node` processes and a `plaza gateway` process, each with its own
+//! admin port, log file and (nodes) event log; plus [`check_single_activation`], which reads
+//! the nodes' event logs after a run.
+//!
+//! The `plaza` binary belongs to another package (`plaza-ops`), so `CARGO_BIN_EXE_plaza` is not
+//! set for these tests. [`plaza_bin`] builds it once per test process with the `cargo` that runs
+//! the tests (`$CARGO build -p plaza-ops --bin plaza`, a no-op when it is up to date) and uses
+//! `<target dir>/debug/plaza`; `PLAZA_BIN` overrides the path. This works on a clean checkout
+//! with `cargo test --workspace` or `cargo test -p plaza-tests`.
+//!
+//! It does not restart crashed processes or judge results; tests do. Every wait is a bounded
+//! poll. Processes are killed (SIGKILL) when their handle drops.
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::{SocketAddr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use plaza_directory::test_util::RedisServer;
+use plaza_directory::{Epoch, RedisDirectory, SharedDirectory};
+use plaza_load::LoadConfig;
+
+use crate::http_get;
+
+/// The `plaza` binary, built on first use (see the module docs).
+pub fn plaza_bin() -> Result<PathBuf, String> {
+    static BIN: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    BIN.get_or_init(|| {
+        if let Some(p) = std::env::var_os("PLAZA_BIN") {
+            return Ok(PathBuf::from(p));
+        }
+        let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let workspace = manifest.parent().ok_or("no workspace dir")?;
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let out = Command::new(cargo)
+            .args(["build", "-q", "-p", "plaza-ops", "--bin", "plaza"])
+            .current_dir(workspace)
+            .output()
+            .map_err(|e| format!("run cargo build: {e}"))?;
+        if !out.status.success() {
+            return Err(format!(
+                "cargo build -p plaza-ops failed:\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            ));
+        }
+        let target = std::env::var_os("CARGO_TARGET_DIR")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| workspace.join("target"));
+        let bin = target.join("debug").join("plaza");
+        if bin.exists() {
+            Ok(bin)
+        } else {
+            Err(format!("{} not found after the build", bin.display()))
+        }
+    })
+    .clone()
+}
+
+/// A free loopback port (bound then released; a race with other processes is possible but
+/// unlikely, and a failed start is reported).
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("bind an ephemeral loopback port")
+}
+
+/// Timing knobs of a test cluster (short, so the fault tests stay fast).
+#[derive(Clone, Debug)]
+pub struct ClusterOpts {
+    /// Room nodes to start.
+    pub nodes: usize,
+    /// Placement lease TTL (also the node heartbeat TTL), ms.
+    pub lease_ttl_ms: u64,
+    /// Presence lease TTL, ms.
+    pub presence_ttl_ms: u64,
+    /// Directory sweep period of every process, ms.
+    pub sweep_interval_ms: u64,
+    /// How long an empty room lives, ms.
+    pub empty_grace_ms: u64,
+    /// Log filter of the processes.
+    pub log: String,
+}
+
+impl Default for ClusterOpts {
+    fn default() -> Self {
+        Self {
+            nodes: 3,
+            lease_ttl_ms: 2_000,
+            presence_ttl_ms: 3_000,
+            sweep_interval_ms: 1_000,
+            empty_grace_ms: 2_000,
+            log: "info".into(),
+        }
+    }
+}
+
+/// One `plaza` child process.
+#[derive(Debug)]
+pub struct Proc {
+    child: Child,
+    /// `n1`, `n2`, … for nodes, `gw` for the gateway.
+    pub name: String,
+    /// Its admin address.
+    pub admin: SocketAddr,
+    /// The gateway's client address (gateway only).
+    pub ws: Option<SocketAddr>,
+    /// Its stdout/stderr.
+    pub log: PathBuf,
+    /// Its event log (nodes only).
+    pub event_log: Option<PathBuf>,
+}
+
+impl Proc {
+    /// The process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// SIGKILL, and reap it.
+    pub fn kill9(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// SIGTERM (an orderly stop; a node drains first).
+    pub fn sigterm(&self) -> Result<(), String> {
+        let st = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .map_err(|e| format!("kill -TERM: {e}"))?;
+        if st.success() {
+            Ok(())
+        } else {
+            Err(format!("kill -TERM exited with {st}"))
+        }
+    }
+
+    /// Waits (bounded) for the process to exit.
+    pub async fn wait_exit(&mut self, timeout: Duration) -> Option<ExitStatus> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            if let Ok(Some(st)) = self.child.try_wait() {
+                return Some(st);
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return None;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// The last `n` lines of its log (for failure messages).
+    pub fn log_tail(&self, n: usize) -> String {
+        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        lines[lines.len().saturating_sub(n)..].join("\n")
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}
+
+/// Redis + nodes + one gateway, as separate processes.
+pub struct Cluster {
+    /// The Redis server (restart it empty with `redis.restart_empty()`).
+    pub redis: RedisServer,
+    /// Node processes, in start order.
+    pub nodes: Vec<Proc>,
+    /// The gateway process.
+    pub gateway: Proc,
+    /// A directory client of the test itself.
+    pub directory: SharedDirectory,
+    /// Where logs go.
+    pub dir: PathBuf,
+    opts: ClusterOpts,
+}
+
+impl Cluster {
+    /// Starts Redis, `opts.nodes` nodes and a gateway, and waits until every node is
+    /// registered and the gateway is ready.
+    pub async fn start(opts: ClusterOpts) -> anyhow::Result<Self> {
+        let bin = plaza_bin().map_err(anyhow::Error::msg)?;
+        let redis = RedisServer::start().map_err(anyhow::Error::msg)?;
+        let dir = std::env::temp_dir().join(format!(
+            "plaza-cluster-{}-{}",
+            std::process::id(),
+            free_port()
+        ));
+        std::fs::create_dir_all(&dir)?;
+        let directory: SharedDirectory =
+            Arc::new(RedisDirectory::connect(&redis.url(), now_ms()).await?);
+        let gateway = spawn(&bin, &opts, &redis.url(), &dir, "gw", Role::Gateway)?;
+        let mut c = Self {
+            redis,
+            nodes: Vec::new(),
+            gateway,
+            directory,
+            dir,
+            opts,
+        };
+        for _ in 0..c.opts.nodes {
+            c.start_node().await?;
+        }
+        c.wait_ready(&c.gateway).await?;
+        Ok(c)
+    }
+
+    /// Starts one more node; returns its index in [`Cluster::nodes`].
+    pub async fn start_node(&mut self) -> anyhow::Result<usize> {
+        let bin = plaza_bin().map_err(anyhow::Error::msg)?;
+        let name = format!("n{}", self.nodes.len() + 1);
+        let p = spawn(
+            &bin,
+            &self.opts,
+            &self.redis.url(),
+            &self.dir,
+            &name,
+            Role::Node,
+        )?;
+        self.wait_ready(&p).await?;
+        let prefix = format!("{name}.");
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+        loop {
+            let live = self.directory.live_nodes().await.unwrap_or_default();
+            if live.iter().any(|n| n.id.starts_with(&prefix)) {
+                break;
+            }
+            anyhow::ensure!(
+                tokio::time::Instant::now() < deadline,
+                "node {name} never registered:\n{}",
+                p.log_tail(30)
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        self.nodes.push(p);
+        Ok(self.nodes.len() - 1)
+    }
+
+    async fn wait_ready(&self, p: &Proc) -> anyhow::Result<()> {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Ok((200, _)) = http_get(p.admin, "/readyz").await {
+                return Ok(());
+            }
+            anyhow::ensure!(
+                tokio::time::Instant::now() < deadline,
+                "{} never became ready:\n{}",
+                p.name,
+                p.log_tail(30)
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// The gateway's WebSocket URL.
+    pub fn ws_url(&self) -> String {
+        format!(
+            "ws://{}/v1/ws",
+            self.gateway.ws.expect("the gateway has a client address")
+        )
+    }
+
+    /// The timing knobs.
+    pub fn opts(&self) -> &ClusterOpts {
+        &self.opts
+    }
+
+    /// Every node's event log.
+    pub fn event_logs(&self) -> Vec<PathBuf> {
+        self.nodes
+            .iter()
+            .filter_map(|n| n.event_log.clone())
+            .collect()
+    }
+
+    /// The index in [`Cluster::nodes`] of the process that registered as `node_id`.
+    pub fn node_index(&self, node_id: &str) -> Option<usize> {
+        self.nodes
+            .iter()
+            .position(|n| node_id.starts_with(&format!("{}.", n.name)))
+    }
+
+    /// Room → registered node id, for the rooms that have a live placement.
+    pub async fn placements(&self, rooms: &[String]) -> BTreeMap<String, String> {
+        let mut out = BTreeMap::new();
+        for r in rooms {
+            if let Ok(Some(p)) = self.directory.resolve(r).await {
+                out.insert(r.clone(), p.node);
+            }
+        }
+        out
+    }
+
+    /// A load run against the gateway: `bots` bots over rooms `<prefix>0..rooms-1` for `secs`.
+    /// Sizes can be raised with `PLAZA_CLUSTER_BOTS`, `PLAZA_CLUSTER_ROOMS` and
+    /// `PLAZA_CLUSTER_SECS` (`scripts/cluster-soak.sh` runs the issue's 300 bots / 6 rooms).
+    pub fn load_config(&self, bots: usize, rooms: usize, prefix: &str, secs: u64) -> LoadConfig {
+        let env = |k: &str, d: u64| {
+            std::env::var(k)
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(d)
+        };
+        let mut cfg = LoadConfig::new(
+            self.ws_url(),
+            env("PLAZA_CLUSTER_BOTS", bots as u64) as usize,
+        );
+        cfg.rooms = env("PLAZA_CLUSTER_ROOMS", rooms as u64) as usize;
+        cfg.room_prefix = prefix.to_owned();
+        cfg.duration = Duration::from_secs(env("PLAZA_CLUSTER_SECS", secs));
+        cfg.ramp = Some(Duration::from_secs(2));
+        cfg
+    }
+
+    /// Presence entries per registered node id (from the directory).
+    pub async fn presence_by_node(&self) -> anyhow::Result<BTreeMap<String, usize>> {
+        let mut out = BTreeMap::new();
+        for e in self.directory.peers(None).await? {
+            *out.entry(e.node).or_insert(0) += 1;
+        }
+        Ok(out)
+    }
+
+    /// Online users as the gateway's `GET /v1/peers` lists them (the number of entries).
+    pub async fn peers_count(&self) -> anyhow::Result<usize> {
+        let (status, body) = http_get(self.gateway.admin, "/v1/peers").await?;
+        anyhow::ensure!(status == 200, "/v1/peers answered {status}: {body}");
+        Ok(body.matches("\"address\":").count())
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Role {
+    Node,
+    Gateway,
+}
+
+fn spawn(
+    bin: &Path,
+    opts: &ClusterOpts,
+    redis: &str,
+    dir: &Path,
+    name: &str,
+    role: Role,
+) -> anyhow::Result<Proc> {
+    let admin: SocketAddr = ([127, 0, 0, 1], free_port()).into();
+    let log = dir.join(format!("{name}.log"));
+    let out = std::fs::File::create(&log)?;
+    let err = out.try_clone()?;
+    let mut cmd = Command::new(bin);
+    let (ws, event_log) = match role {
+        Role::Node => {
+            let ev = dir.join(format!("{name}.events"));
+            cmd.args(["node", "--listen", "127.0.0.1:0", "--node-id", name])
+                .arg("--event-log")
+                .arg(&ev);
+            (None, Some(ev))
+        }
+        Role::Gateway => {
+            let ws: SocketAddr = ([127, 0, 0, 1], free_port()).into();
+            cmd.args(["gateway", "--listen", &ws.to_string()]);
+            (Some(ws), None)
+        }
+    };
+    cmd.args(["--redis", redis, "--admin-listen", &admin.to_string()])
+        .env("PLAZA__NODE__LEASE_TTL_MS", opts.lease_ttl_ms.to_string())
+        .env(
+            "PLAZA__NODE__HEARTBEAT_TTL_MS",
+            opts.lease_ttl_ms.to_string(),
+        )
+        .env(
+            "PLAZA__ROOM__PRESENCE_TTL_MS",
+            opts.presence_ttl_ms.to_string(),
+        )
+        .env(
+            "PLAZA__DIRECTORY__SWEEP_INTERVAL_MS",
+            opts.sweep_interval_ms.to_string(),
+        )
+        .env(
+            "PLAZA__ROOM__EMPTY_GRACE_MS",
+            opts.empty_grace_ms.to_string(),
+        )
+        .env("PLAZA__GATEWAY__RESUME_DEADLINE_MS", "20000")
+        .env("PLAZA__GATEWAY__MAX_CONNECTIONS", "5000")
+        .env("PLAZA__TELEMETRY__LOG", &opts.log)
+        .env_remove("RUST_LOG")
+        .stdin(Stdio::null())
+        .stdout(out)
+        .stderr(err);
+    let child = cmd.spawn()?;
+    Ok(Proc {
+        child,
+        name: name.to_owned(),
+        admin,
+        ws,
+        log,
+        event_log,
+    })
+}
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// What [`check_single_activation`] found.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ActivationSummary {
+    /// Rooms with at least one commit.
+    pub rooms: usize,
+    /// Activations (room, epoch) with at least one commit.
+    pub epochs: usize,
+    /// Commit lines read.
+    pub commits: usize,
+    /// `activate` lines read.
+    pub activations: usize,
+    /// Rooms whose commits came from more than one epoch (moved or reclaimed).
+    pub rooms_with_several_epochs: usize,
+    /// `handoff … taken` lines read.
+    pub handoffs_taken: usize,
+}
+
+/// Reads node event logs (see `plaza_room_actor::EventLog`) and checks that no two epochs of a
+/// room committed at once: a commit took effect somewhere in `[sent, done]`, so epochs `a < b`
+/// of one room overlap provably iff some commit of `a` was sent after some commit of `b` was
+/// done (`a` committed after `b` had). Returns the summary, or every violation found.
+pub fn check_single_activation(paths: &[PathBuf]) -> Result<ActivationSummary, String> {
+    // room → epoch → (max sent of a commit, min done of a commit)
+    let mut spans: HashMap<String, BTreeMap<Epoch, (u64, u64)>> = HashMap::new();
+    let mut sum = ActivationSummary::default();
+    for p in paths {
+        let text = std::fs::read_to_string(p).map_err(|e| format!("{}: {e}", p.display()))?;
+        for (i, line) in text.lines().enumerate() {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            let bad = || format!("{}:{}: malformed line {line:?}", p.display(), i + 1);
+            match f.first().copied() {
+                Some("commit") if f.len() >= 5 => {
+                    let epoch = parse_epoch(f[2]).ok_or_else(bad)?;
+                    let sent: u64 = f[3].parse().map_err(|_| bad())?;
+                    let done: u64 = f[4].parse().map_err(|_| bad())?;
+                    let e = spans
+                        .entry(f[1].to_owned())
+                        .or_default()
+                        .entry(epoch)
+                        .or_insert((0, u64::MAX));
+                    e.0 = e.0.max(sent);
+                    e.1 = e.1.min(done);
+                    sum.commits += 1;
+                }
+                Some("activate") => sum.activations += 1,
+                Some("handoff") if f.get(3) == Some(&"taken") => sum.handoffs_taken += 1,
+                Some("release" | "handoff") => {}
+                _ if line.trim().is_empty() => {}
+                _ => return Err(bad()),
+            }
+        }
+    }
+    let mut violations = Vec::new();
+    for (room, epochs) in &spans {
+        sum.rooms += 1;
+        sum.epochs += epochs.len();
+        if epochs.len() > 1 {
+            sum.rooms_with_several_epochs += 1;
+        }
+        let list: Vec<(&Epoch, &(u64, u64))> = epochs.iter().collect();
+        for (i, (a, (a_last_sent, _))) in list.iter().enumerate() {
+            for (b, (_, b_first_done)) in &list[i + 1..] {
+                if a_last_sent > b_first_done {
+                    violations.push(format!(
+                        "room {room}: epoch {a} committed (sent at {a_last_sent}) after epoch {b} \
+                         had committed (done at {b_first_done})"
+                    ));
+                }
+            }
+        }
+    }
+    if violations.is_empty() {
+        Ok(sum)
+    } else {
+        violations.sort();
+        Err(violations.join("\n"))
+    }
+}
+
+fn parse_epoch(s: &str) -> Option<Epoch> {
+    let (era, counter) = s.split_once('.')?;
+    Some(Epoch::new(era.parse().ok()?, counter.parse().ok()?))
+}
+
+/// Polls the async condition `f` every 50 ms until it holds or `timeout` passes; returns how
+/// long it took, or `None` on timeout.
+pub async fn wait_until<F, Fut>(timeout: Duration, mut f: F) -> Option<Duration>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let start = tokio::time::Instant::now();
+    loop {
+        if f().await {
+            return Some(start.elapsed());
+        }
+        if start.elapsed() >= timeout {
+            return None;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write(name: &str, text: &str) -> PathBuf {
+        let p = std::env::temp_dir().join(format!("plaza-ev-{}-{name}", std::process::id()));
+        std::fs::write(&p, text).unwrap();
+        p
+    }
+
+    #[test]
+    fn ordered_epochs_pass_and_interleaved_ones_fail() {
+        let a = write(
+            "a",
+            "activate r 1.1 n1.x 100\ncommit r 1.1 100 110 register\ncommit r 1.1 200 210 renew\n\
+             release r 1.1 n1.x 300\n",
+        );
+        let b = write(
+            "b",
+            "activate r 1.2 n2.x 400\nhandoff r 1.2 taken 3 400\ncommit r 1.2 400 420 register\n",
+        );
+        let s = check_single_activation(&[a.clone(), b.clone()]).unwrap();
+        assert_eq!(s.rooms, 1);
+        assert_eq!(s.epochs, 2);
+        assert_eq!(s.commits, 3);
+        assert_eq!(s.activations, 2);
+        assert_eq!(s.rooms_with_several_epochs, 1);
+        assert_eq!(s.handoffs_taken, 1);
+        // The old epoch commits after the new one had: a violation.
+        let late = write("late", "commit r 1.1 500 510 renew\n");
+        let err = check_single_activation(&[a.clone(), b.clone(), late]).unwrap_err();
+        assert!(err.contains("epoch 1.1 committed"), "{err}");
+        // Overlapping uncertainty windows are not a proven overlap.
+        let close = write("close", "commit r 1.1 415 430 renew\n");
+        check_single_activation(&[a.clone(), b.clone(), close]).unwrap();
+        let junk = write("junk", "commit r not-an-epoch 1 2 x\n");
+        assert!(check_single_activation(&[junk]).is_err());
+    }
+}

@@ -1,0 +1,114 @@
+//! Multi-process failover: Redis + 3 `plaza node` processes + 1 `plaza gateway` process on
+//! loopback, bots from `plaza-load` in this process. One node is killed with SIGKILL mid-run:
+//! its rooms' leases lapse, the rooms are re-placed on live nodes at the gateway's next attach,
+//! and the gateway resumes every affected session itself (the bots stay connected). The nodes'
+//! event logs must show that no two epochs of a room committed at once, and after the bots
+//! leave `GET /v1/peers` must empty within lease TTL + sweep interval.
+//!
+//! Default size: 60 bots / 6 rooms / 14 s; `scripts/cluster-soak.sh` runs 300 bots.
+
+use std::time::Duration;
+
+use plaza_tests::cluster::{Cluster, ClusterOpts, check_single_activation, wait_until};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_node_s_sessions_resume_on_live_nodes() {
+    let mut c = Cluster::start(ClusterOpts::default()).await.unwrap();
+    let ttl = Duration::from_millis(c.opts().lease_ttl_ms);
+    let sweep = Duration::from_millis(c.opts().sweep_interval_ms);
+    let cfg = c.load_config(60, 6, "fo-", 14);
+    let (bots, rooms) = (cfg.bots, cfg.rooms);
+    let room_ids: Vec<String> = (0..rooms).map(|i| format!("fo-{i}")).collect();
+    let load = tokio::spawn(plaza_load::run(cfg));
+
+    // Every bot online (presence registered through its room).
+    let online = wait_until(Duration::from_secs(30), || async {
+        c.peers_count().await.unwrap_or(0) == bots
+    })
+    .await;
+    assert!(
+        online.is_some(),
+        "bots never all online: {} of {bots}",
+        c.peers_count().await.unwrap_or(0)
+    );
+
+    // Kill the node with the most sessions.
+    let by_node = c.presence_by_node().await.unwrap();
+    let (victim, affected) = by_node
+        .iter()
+        .max_by_key(|(_, n)| **n)
+        .map(|(id, n)| (id.clone(), *n))
+        .expect("some node hosts sessions");
+    let placed = c.placements(&room_ids).await;
+    let moved_rooms: Vec<String> = placed
+        .iter()
+        .filter(|(_, n)| **n == victim)
+        .map(|(r, _)| r.clone())
+        .collect();
+    let idx = c.node_index(&victim).expect("victim is one of ours");
+    c.nodes[idx].kill9();
+    eprintln!("killed {victim} hosting {affected} sessions in rooms {moved_rooms:?}");
+
+    // Every affected session is back in its room on a live node within lease TTL + 5 s.
+    let back = wait_until(ttl + Duration::from_secs(5), || async {
+        let Ok(m) = c.presence_by_node().await else {
+            return false;
+        };
+        !m.contains_key(&victim) && m.values().sum::<usize>() == bots
+    })
+    .await;
+    assert!(
+        back.is_some(),
+        "sessions not resumed within lease TTL + 5 s: {:?}\ngateway log:\n{}",
+        c.presence_by_node().await,
+        c.gateway.log_tail(20)
+    );
+    let now = c.placements(&room_ids).await;
+    for r in &moved_rooms {
+        assert!(
+            now.get(r).is_some_and(|n| *n != victim),
+            "{r} not re-placed: {now:?}"
+        );
+    }
+
+    let report = load.await.unwrap().unwrap();
+    eprintln!(
+        "resumed in {back:?}; load: connected {} failed {} lost {} resumes {} (in session {}) \
+         resume_ms p50 {:.0} p99 {:.0} max {:.0}",
+        report.bots_connected,
+        report.bots_failed,
+        report.bots_lost,
+        report.resumes,
+        report.resumes_in_session,
+        report.resume_ms.p50,
+        report.resume_ms.p99,
+        report.resume_ms.max
+    );
+    assert_eq!(report.bots_failed, 0, "{report:?}");
+    assert_eq!(report.bots_lost, 0, "no bot ends the run disconnected");
+    assert!(
+        report.resumes_in_session as usize >= affected,
+        "every affected bot resumed in session: {} < {affected}",
+        report.resumes_in_session
+    );
+
+    // Single activation, checked on the event logs of every node (the killed one's included).
+    let sum = check_single_activation(&c.event_logs()).unwrap();
+    eprintln!("event logs: {sum:?}");
+    assert!(
+        sum.rooms_with_several_epochs >= moved_rooms.len(),
+        "{sum:?}"
+    );
+
+    // Bots left at the end of the run: presence empties within lease TTL + sweep interval.
+    let empty = wait_until(ttl + sweep, || async {
+        c.peers_count().await.ok() == Some(0)
+    })
+    .await;
+    assert!(
+        empty.is_some(),
+        "/v1/peers not empty after lease TTL + sweep: {} left",
+        c.peers_count().await.unwrap_or(usize::MAX)
+    );
+    eprintln!("peers empty {empty:?} after the run ended");
+}
