@@ -39,6 +39,14 @@ use crate::seen::{OwnMoves, RoomMoves};
 use crate::stats::{Counters, LocalSamples, Metric};
 use crate::walk::{Pose, Walker};
 
+/// Snapshot record kind of props (room-core `PROP_KIND`).
+const PROP_KIND: u8 = 1;
+/// Entity ids of props start above this (room-core `PROP_ENTITY_BASE`).
+const PROP_ENTITY_BASE: u32 = 1 << 20;
+/// Horizontal distance at which an interactor tries a pickup (the room's reach is 2.5 m from
+/// the avatar's centre).
+const PICKUP_RANGE_M: f32 = 1.8;
+
 type Ws = WebSocketStream<MaybeTlsStream<TcpStream>>;
 
 /// Client frame period: the bot's "render frame", at which movement sends are decided.
@@ -821,11 +829,35 @@ impl Bot {
             };
             return self.send(ws, CBody::Interaction(i)).await;
         }
-        if roll < 0.6 {
+        if roll < 0.6 && self.interact.held_prop.is_none() {
+            // Go for the nearest prop the bot sees (props are snapshot entities of kind 1,
+            // entity id = PROP_ENTITY_BASE + prop id); pick it up once within reach.
+            let nearest = self
+                .decoder
+                .entities()
+                .filter(|r| r.kind == PROP_KIND && r.id > PROP_ENTITY_BASE)
+                .map(|r| {
+                    let p = r.pose.position_m();
+                    let d2 = (p[0] - pos[0]).powi(2) + (p[2] - pos[2]).powi(2);
+                    (d2, r.id - PROP_ENTITY_BASE, p)
+                })
+                .min_by(|a, b| a.0.total_cmp(&b.0));
+            let prop_id = match nearest {
+                Some((d2, id, _)) if d2 <= PICKUP_RANGE_M * PICKUP_RANGE_M => id,
+                Some((_, _, p)) => {
+                    self.walker.head_to([p[0], p[2]]);
+                    // Try anyway now and then: the room's refusal (out of reach) is counted.
+                    if self.rng.random::<f64>() >= 0.2 {
+                        return Ok(());
+                    }
+                    self.rng.random_range(1..=mix.props)
+                }
+                None => self.rng.random_range(1..=mix.props),
+            };
             Counters::add(&counters.interactions_sent, 1);
             let i = Interaction {
                 kind: InteractionKind::Pickup as i32,
-                prop_id: self.rng.random_range(1..=mix.props),
+                prop_id,
                 position: Some(vec3(pos)),
                 velocity: None,
                 room_id: String::new(),

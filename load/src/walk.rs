@@ -95,6 +95,19 @@ impl Walker {
         self.target = [self.pose.position[0], self.pose.position[2]];
     }
 
+    /// Walks towards `target` (x, z) from now on, at the current speed (or 1.5 m/s when
+    /// standing), until it is reached; then the random walk goes on.
+    pub fn head_to(&mut self, target: [f32; 2]) {
+        let h = (self.half_extent - MARGIN).max(0.5);
+        self.target = [target[0].clamp(-h, h), target[1].clamp(-h, h)];
+        if !self.is_walking() {
+            self.mode = Mode::Walking { until: None };
+        }
+        if self.speed < 0.1 {
+            self.speed = 1.5;
+        }
+    }
+
     fn start_walk(&mut self, mix: &BotMix, now: Instant, rng: &mut impl Rng) {
         let until = mix
             .walk_s
