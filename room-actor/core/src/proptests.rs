@@ -485,3 +485,199 @@ proptest! {
         }
     }
 }
+
+// === lockstep scenes: every synced client runs the same actions ===
+
+mod lockstep {
+    use std::collections::BTreeMap;
+
+    use proptest::prelude::*;
+
+    use crate::SessionId;
+    use crate::events::EventBody;
+    use crate::scene::{SceneClientEvent, SceneConfig, SceneOp, Scenes};
+
+    #[derive(Clone, Debug)]
+    enum SOp {
+        Join(SessionId),
+        Leave(SessionId),
+        Action(SessionId),
+        Report,
+        Step,
+    }
+
+    fn sop() -> impl Strategy<Value = SOp> {
+        prop_oneof![
+            2 => (1..=4u64).prop_map(SOp::Join),
+            1 => (1..=4u64).prop_map(SOp::Leave),
+            5 => (1..=4u64).prop_map(SOp::Action),
+            1 => Just(SOp::Report),
+            4 => Just(SOp::Step),
+        ]
+    }
+
+    /// A client that runs the scene: its game state is the list of actions it ran.
+    #[derive(Clone, Debug, Default)]
+    struct Client {
+        /// `None` until it has a state.
+        ran: Option<Vec<(u64, u32, Vec<u8>)>>,
+        applied_tick: u64,
+        catching_up: bool,
+        master: bool,
+    }
+
+    fn encode(ran: &[(u64, u32, Vec<u8>)]) -> Vec<u8> {
+        let mut b = Vec::new();
+        for (t, e, p) in ran {
+            b.extend_from_slice(&t.to_le_bytes());
+            b.extend_from_slice(&e.to_le_bytes());
+            b.push(p.len() as u8);
+            b.extend_from_slice(p);
+        }
+        b
+    }
+
+    fn decode(mut b: &[u8]) -> Vec<(u64, u32, Vec<u8>)> {
+        let mut out = Vec::new();
+        while b.len() >= 13 {
+            let t = u64::from_le_bytes(b[..8].try_into().unwrap());
+            let e = u32::from_le_bytes(b[8..12].try_into().unwrap());
+            let n = b[12] as usize;
+            out.push((t, e, b[13..13 + n].to_vec()));
+            b = &b[13 + n..];
+        }
+        out
+    }
+
+    fn deliver(
+        clients: &mut BTreeMap<SessionId, Client>,
+        outs: Vec<(Vec<SessionId>, EventBody)>,
+    ) -> Result<(), TestCaseError> {
+        for (to, body) in outs {
+            for s in to {
+                let c = clients.entry(s).or_default();
+                match &body {
+                    EventBody::SceneSync {
+                        tick,
+                        game_state,
+                        client_state,
+                        ..
+                    } => {
+                        c.ran = Some(decode(game_state));
+                        c.applied_tick = *tick;
+                        c.catching_up = client_state.as_str() == "catching_up";
+                        c.master = client_state.as_str() == "master";
+                    }
+                    EventBody::SceneTick { tick, actions, .. } => {
+                        let ran = c.ran.as_mut().ok_or_else(|| {
+                            TestCaseError::fail(format!("tick {tick} to unsynced client {s}"))
+                        })?;
+                        prop_assert!(
+                            *tick > c.applied_tick,
+                            "tick {} after {}",
+                            tick,
+                            c.applied_tick
+                        );
+                        for (e, p) in actions {
+                            ran.push((*tick, *e, p.clone()));
+                        }
+                        c.applied_tick = *tick;
+                    }
+                    // Events about this client itself.
+                    EventBody::SceneClient { entity, event, .. }
+                        if u64::from(*entity) == s * 10 =>
+                    {
+                        match event {
+                            SceneClientEvent::MasterChanged => c.master = true,
+                            SceneClientEvent::ClientLeft => *c = Client::default(),
+                            _ => {}
+                        }
+                    }
+                    _ => {}
+                }
+            }
+        }
+        Ok(())
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+
+        #[test]
+        fn every_synced_client_runs_the_same_actions(ops in proptest::collection::vec(sop(), 1..150)) {
+            let cfg = SceneConfig {
+                max_log_actions: 3,
+                heartbeat_ticks: 2,
+                ..SceneConfig::default()
+            };
+            let mut scenes = Scenes::new(cfg);
+            let mut clients: BTreeMap<SessionId, Client> = BTreeMap::new();
+            let mut tick = 1u64;
+            let mut next_payload = 0u32;
+            for op in ops {
+                let r = match op {
+                    SOp::Join(s) => scenes.apply(s, s as u32 * 10, "g", SceneOp::Join, tick),
+                    SOp::Leave(s) => scenes.apply(s, s as u32 * 10, "g", SceneOp::Leave, tick),
+                    SOp::Action(s) => {
+                        next_payload += 1;
+                        scenes.apply(
+                            s,
+                            s as u32 * 10,
+                            "g",
+                            SceneOp::Action(next_payload.to_le_bytes().to_vec()),
+                            tick,
+                        )
+                    }
+                    SOp::Report => {
+                        let master = clients.iter().find(|(_, c)| c.master).map(|(s, c)| (*s, c.clone()));
+                        match master {
+                            Some((s, c)) => scenes.apply(
+                                s,
+                                s as u32 * 10,
+                                "g",
+                                SceneOp::State {
+                                    tick: c.applied_tick,
+                                    game_state: encode(c.ran.as_deref().unwrap_or(&[])),
+                                },
+                                tick,
+                            ),
+                            None => Ok(Vec::new()),
+                        }
+                    }
+                    SOp::Step => {
+                        let outs = scenes.finish_tick(tick);
+                        deliver(&mut clients, outs)?;
+                        tick += 1;
+                        // Catching-up clients have run everything they got: say so.
+                        let catching: Vec<SessionId> =
+                            clients.iter().filter(|(_, c)| c.catching_up).map(|(s, _)| *s).collect();
+                        for s in catching {
+                            let outs = scenes.apply(s, s as u32 * 10, "g", SceneOp::CaughtUp, tick)
+                                .map_err(|e| TestCaseError::fail(format!("caught up refused: {e}")))?;
+                            if let Some(c) = clients.get_mut(&s) {
+                                c.catching_up = false;
+                            }
+                            deliver(&mut clients, outs)?;
+                        }
+                        // The lockstep property: every synced client ran the same actions.
+                        let synced: Vec<&Vec<(u64, u32, Vec<u8>)>> =
+                            clients.values().filter_map(|c| c.ran.as_ref()).collect();
+                        for w in synced.windows(2) {
+                            prop_assert_eq!(w[0], w[1]);
+                        }
+                        if let Some(ran) = synced.first() {
+                            let mut ids: Vec<&Vec<u8>> = ran.iter().map(|(_, _, p)| p).collect();
+                            ids.sort();
+                            ids.dedup();
+                            prop_assert_eq!(ids.len(), ran.len(), "an action ran twice");
+                        }
+                        Ok(Vec::new())
+                    }
+                };
+                if let Ok(outs) = r {
+                    deliver(&mut clients, outs)?;
+                }
+            }
+        }
+    }
+}

@@ -23,8 +23,9 @@
 //! When the log holds more than half its bound, the room asks the master for a fresh state
 //! ([`EventBody::SceneStateRequest`]); a reported state trims the log. If the log had to drop
 //! actions the state does not cover, joiners wait until a newer state arrives. A client that
-//! leaves raises `ClientLeft`; if it was the master, the lowest session among the synced clients
-//! becomes master (`MasterChanged`). A scene with no client left is forgotten; if only
+//! leaves raises `ClientLeft`; if it was the master, the lowest session running live (else the
+//! lowest catching up, whose later `CaughtUp` leaves it master) becomes master
+//! (`MasterChanged`). A scene with no client left is forgotten; if only
 //! unsynced joiners remain, the first of them restarts the scene from an empty state.
 //!
 //! Waiting joiners may not send actions (they would act on a state they do not have); catching
@@ -32,7 +33,7 @@
 //!
 //! This module does not interpret payloads or game states: they are opaque bytes.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use crate::SessionId;
 use crate::events::{EventBody, Refusal};
@@ -152,6 +153,8 @@ pub struct Scene {
     pub last_sent_tick: u64,
     /// A state request is outstanding.
     pub state_requested: bool,
+    /// Clients sent a state that have not reported `CaughtUp` yet.
+    pub catching_up: BTreeSet<SessionId>,
 }
 
 /// The actions of one tick: `(entity, payload)` in arrival order.
@@ -239,6 +242,7 @@ impl Scene {
             }
             self.clients
                 .insert(session, (entity, SceneClientState::CatchingUp));
+            self.catching_up.insert(session);
             self.client_event(
                 id,
                 entity,
@@ -352,17 +356,20 @@ impl Scenes {
                 self.leave_scene(session, id, &mut out);
             }
             SceneOp::CaughtUp => {
-                if state != SceneClientState::CatchingUp {
+                if !scene.catching_up.remove(&session) {
                     return Err(Refusal::WrongState);
                 }
-                scene
-                    .clients
-                    .insert(session, (entity, SceneClientState::Normal));
+                // A master may have been promoted while catching up: it stays master.
+                let after = match state {
+                    SceneClientState::CatchingUp => SceneClientState::Normal,
+                    other => other,
+                };
+                scene.clients.insert(session, (entity, after));
                 scene.client_event(
                     id,
                     entity,
                     SceneClientEvent::CaughtUp,
-                    SceneClientState::Normal,
+                    after,
                     None,
                     &mut out,
                 );
@@ -413,6 +420,7 @@ impl Scenes {
         let Some((entity, state)) = scene.clients.remove(&session) else {
             return;
         };
+        scene.catching_up.remove(&session);
         scene.client_event(
             id,
             entity,
@@ -428,11 +436,16 @@ impl Scenes {
         if state != SceneClientState::Master {
             return;
         }
-        let synced = scene
-            .clients
-            .iter()
-            .find(|(_, (_, s))| *s != SceneClientState::WaitingForLateJoinerSync)
-            .map(|(s, (e, _))| (*s, *e));
+        // The next master: the lowest session running live, else the lowest catching up.
+        let synced = [SceneClientState::Normal, SceneClientState::CatchingUp]
+            .into_iter()
+            .find_map(|want| {
+                scene
+                    .clients
+                    .iter()
+                    .find(|(_, (_, s))| *s == want)
+                    .map(|(s, (e, _))| (*s, *e))
+            });
         match synced {
             Some((s, e)) => {
                 scene.clients.insert(s, (e, SceneClientState::Master));
