@@ -256,6 +256,14 @@ fn dist(mut v: Vec<Duration>) -> Dist {
     }
 }
 
+/// `ROOM_BENCH_N=1000` limits the reports to rooms of that many avatars (for profiling).
+fn wanted(n: usize) -> bool {
+    std::env::var("ROOM_BENCH_N")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+        .is_none_or(|only| only == n)
+}
+
 fn tier_for(n: usize) -> CapacityTier {
     if n >= 1000 {
         CapacityTier::Stadium
@@ -287,7 +295,7 @@ fn tick_report() {
         "bcast p99"
     );
     let mut prev: Option<(usize, f64)> = None;
-    for &n in sizes {
+    for &n in sizes.iter().filter(|n| wanted(**n)) {
         let tier = tier_for(n);
         let mut sim = Sim::new(n, tier, 0x5eed + n as u64);
         for _ in 0..100 {
@@ -356,7 +364,7 @@ fn bandwidth_report() {
         "bytes per client per second through Room ({secs} s measured after 2 s; moves at 10 Hz)"
     );
     for &(n, tier, floor) in cases {
-        if ci() && n > 100 {
+        if (ci() && n > 100) || !wanted(n) {
             continue;
         }
         let mut sim = Sim::new(n, tier, 0xb17e + n as u64);

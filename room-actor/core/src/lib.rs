@@ -1038,19 +1038,39 @@ impl Room {
         let cap = self.cfg.interest_cap as usize;
         let tick = self.tick as u32;
         let mut visible: Vec<Visible<'_>> = Vec::with_capacity(cap.min(self.arena.len()));
+        // Arena index of each avatar id (ids are small and dense), `u32::MAX` for none.
+        let max_id = self.arena[..avatars].last().map_or(0, |r| r.id as usize);
+        let mut slot = vec![u32::MAX; max_id + 1];
+        for (i, r) in self.arena[..avatars].iter().enumerate() {
+            slot[r.id as usize] = i as u32;
+        }
+        let slot_of = |id: u32| slot.get(id as usize).copied().filter(|s| *s != u32::MAX);
+        // Interest is recomputed every `REFRESH_EVERY`-th broadcast per member, staggered by
+        // entity; in between a member keeps whom it saw (see `interest::REFRESH_EVERY`).
+        let refresh_all = avatars <= cap + 1;
+        let phase = self.stats.broadcasts;
+        let mut buf = Vec::new();
         for (session, m) in self.members.iter_mut() {
-            let at = quantized_position(&self.arena, m.entity).unwrap_or(m.pose.position);
-            index.nearest(m.entity, at, cap, &mut self.interest);
+            let at = slot_of(m.entity).map_or(m.pose.position, |i| {
+                self.arena[i as usize].pose.position_m()
+            });
+            if refresh_all
+                || m.seen.is_empty()
+                || (phase + u64::from(m.entity)).is_multiple_of(interest::REFRESH_EVERY)
+            {
+                index.nearest(m.entity, at, cap, &mut self.interest);
+                m.seen.clear();
+                m.seen.extend(self.interest.entries.iter().map(|e| e.0));
+            }
             visible.clear();
-            m.seen.clear();
-            for (id, tier) in &self.interest.entries {
-                if let Ok(i) = self.arena[..avatars].binary_search_by_key(id, |r| r.id) {
-                    m.seen.push(*id);
-                    visible.push(Visible {
-                        record: &self.arena[i],
-                        tier: *tier,
-                    });
-                }
+            m.seen.retain(|id| slot_of(*id).is_some());
+            for id in &m.seen {
+                let Some(i) = slot_of(*id) else { continue };
+                let record = &self.arena[i as usize];
+                let p = record.pose.position_m();
+                let (dx, dy, dz) = (p[0] - at[0], p[1] - at[1], p[2] - at[2]);
+                let tier = index.tier_of(dx * dx + dy * dy + dz * dz);
+                visible.push(Visible { record, tier });
             }
             for record in &self.arena[avatars..] {
                 let p = record.pose.position_m();
@@ -1063,8 +1083,10 @@ impl Room {
                 pose: m.pose,
                 last_input_seq: m.last_input_seq,
             };
-            let mut bytes = Vec::new();
-            let st = m.encoder.encode(tick, Some(&own), &visible, &mut bytes);
+            buf.clear();
+            let st = m.encoder.encode(tick, Some(&own), &visible, &mut buf);
+            // One exact-size allocation per frame; `buf` keeps its capacity.
+            let bytes = buf.clone();
             self.stats.frames += 1;
             self.stats.frame_bytes += bytes.len() as u64;
             self.stats.deferrals += u64::from(st.deferred);
@@ -1078,13 +1100,6 @@ impl Room {
             });
         }
     }
-}
-
-fn quantized_position(arena: &[EntityRecord], id: u32) -> Option<[f32; 3]> {
-    arena
-        .binary_search_by_key(&id, |r| r.id)
-        .ok()
-        .map(|i| arena[i].pose.position_m())
 }
 
 /// Spawn points on a spiral around the room's spawn, so capsules never start inside each other.
