@@ -433,6 +433,7 @@ proptest! {
         let mut model = Model::default();
         let mut now = 0u64;
         let mut next_audit = 1u64;
+        let mut next_event = 1u64;
         let mut all: Vec<Op> = (1..=SESSIONS).map(Op::Join).collect();
         all.push(Op::Step(20));
         all.extend(ops);
@@ -469,6 +470,14 @@ proptest! {
                     twin.step(now, &mut twin_out);
                     prop_assert_eq!(&out, &twin_out, "same calls, same outputs");
                     model.step(now);
+                    for o in &out {
+                        if let Outbound::Event(e) = o {
+                            prop_assert_eq!(e.room_seq, next_event, "event sequence has a gap");
+                            prop_assert!(!e.to.is_empty());
+                            prop_assert!(e.to.windows(2).all(|w| w[0] < w[1]));
+                            next_event += 1;
+                        }
+                    }
                     let actual = actual_trail(&room, &out, &mut next_audit);
                     prop_assert_eq!(&actual, &model.trail);
                     for p in 1..=PROPS {
