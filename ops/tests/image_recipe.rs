@@ -174,3 +174,25 @@ fn final_stage_parser_joins_continuations() {
     assert_eq!(env(&stage).len(), 2);
     assert_eq!(env(&stage)["B"], "2");
 }
+
+#[test]
+fn helm_smoke_test_uses_real_plaza_load_flags() {
+    let smoke = read("helm/plaza/templates/tests/smoke.yaml");
+    assert!(smoke.contains("/usr/local/bin/plaza-load"));
+    let cli = read("load/src/main.rs");
+    let flags: Vec<&str> = smoke
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("- --"))
+        .collect();
+    assert!(flags.len() >= 5, "{flags:?}");
+    for flag in flags {
+        // clap derive: field `room_prefix` is `--room-prefix`.
+        let field = format!(" {}:", flag.replace('-', "_"));
+        assert!(
+            cli.lines()
+                .any(|l| l.trim_start().starts_with(field.trim_start())),
+            "plaza-load has no --{flag} (no field `{}` in load/src/main.rs)",
+            field.trim()
+        );
+    }
+}
