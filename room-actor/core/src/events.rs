@@ -16,7 +16,8 @@
 //! | `SceneStateRequest`    | `scene_client` with kind `STATE_REQUESTED`, `tick = min_tick`  |
 //! | `Rejected`             | `rejected` (`RequestRejected`; `reason` = [`Refusal::code`])   |
 //!
-//! Recipients: prop events go to every member; consent events to both parties; emotes to the
+//! Recipients: prop events go to every member (and a joiner gets one `Pickup` event per prop
+//! held when it joins, at the prop's current revision); consent events to both parties; emotes to the
 //! members whose last broadcast showed the emoter, plus the emoter; scene events to the scene's
 //! clients (ticks only to synced ones); refusals to the requester only.
 

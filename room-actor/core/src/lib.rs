@@ -675,6 +675,7 @@ impl Room {
                         entity,
                         spawn,
                     });
+                    self.tell_holders(session, out);
                 }
                 Pending::Leave(session) => {
                     if let Some(m) = self.members.remove(&session) {
@@ -962,6 +963,31 @@ impl Room {
             position: up.position,
         };
         self.emit(to, body, out);
+    }
+
+    /// Tell a joiner who holds what: one `Pickup` prop event per held prop, at its current
+    /// revision (nothing changes; the joiner missed the original event).
+    fn tell_holders(&mut self, session: SessionId, out: &mut Vec<Outbound>) {
+        let held: Vec<(u32, u32, u64)> = self
+            .props
+            .slots()
+            .iter()
+            .filter_map(|(id, s)| s.holder.map(|(_, e)| (*id, e, s.revision)))
+            .collect();
+        for (prop_id, holder_entity, revision) in held {
+            let Some(entity) = prop_entity(prop_id) else {
+                continue;
+            };
+            let body = EventBody::Prop {
+                prop_id,
+                entity,
+                holder_entity,
+                revision,
+                change: events::PropChange::Pickup,
+                position: self.physics.prop_position(prop_id).unwrap_or([0.0; 3]),
+            };
+            self.emit(vec![session], body, out);
+        }
     }
 
     /// One consent transition: its audit record, then the event to both parties.

@@ -79,11 +79,13 @@ struct Model {
     next_entity: u32,
     free: BTreeSet<u32>,
     holders: BTreeMap<u32, SessionId>,
+    /// Avatar entity of each prop's holder.
+    holder_entities: BTreeMap<u32, u32>,
     consents: BTreeMap<u64, MConsent>,
     next_consent: u64,
     pending: Vec<Op>,
     actions: Vec<Op>,
-    /// Predicted outputs of the step: "prop:<id>:<holder session>:<change>",
+    /// Predicted outputs of the step: "prop:<id>:<holder entity>:<change>",
     /// "refused:<code>", "audit:<kind>" (refusals: "audit:consent.refused:<code>").
     trail: Vec<String>,
 }
@@ -117,6 +119,10 @@ impl Model {
                         }
                     };
                     self.members.insert(s, e);
+                    // The joiner learns the current holders.
+                    for (p, h) in &self.holder_entities {
+                        self.trail.push(format!("prop:{p}:{h}:pickup"));
+                    }
                 }
                 Op::Leave(s) => {
                     if let Some(e) = self.members.remove(&s) {
@@ -128,6 +134,7 @@ impl Model {
                             .collect();
                         for p in held {
                             self.holders.remove(&p);
+                            self.holder_entities.remove(&p);
                             // Prop events go to the members; with none left there is no event.
                             if !self.members.is_empty() {
                                 self.trail.push(format!("prop:{p}:0:drop"));
@@ -163,13 +170,16 @@ impl Model {
                             std::collections::btree_map::Entry::Occupied(_) => Err("already_held"),
                             std::collections::btree_map::Entry::Vacant(v) => {
                                 v.insert(s);
-                                Ok(format!("prop:{p}:{s}:pickup"))
+                                let e = self.members[&s];
+                                self.holder_entities.insert(p, e);
+                                Ok(format!("prop:{p}:{e}:pickup"))
                             }
                         }
                     } else if self.holders.get(&p) != Some(&s) {
                         Err("not_holder")
                     } else {
                         self.holders.remove(&p);
+                        self.holder_entities.remove(&p);
                         let what = if matches!(op, Op::Place(..)) {
                             "place"
                         } else {
@@ -290,7 +300,7 @@ impl Model {
 }
 
 /// The room's outputs of one step in the model's terms, checking audit-before-event on the way.
-fn actual_trail(room: &Room, out: &[Outbound], next_audit: &mut u64) -> Vec<String> {
+fn actual_trail(out: &[Outbound], next_audit: &mut u64) -> Vec<String> {
     let mut trail = Vec::new();
     let mut awaiting_ack = false;
     for o in out {
@@ -327,15 +337,10 @@ fn actual_trail(room: &Room, out: &[Outbound], next_audit: &mut u64) -> Vec<Stri
                     ..
                 } => {
                     assert!(!awaiting_ack, "a prop event between an audit and its ack");
-                    let holder = if *holder_entity == 0 {
-                        0
-                    } else {
-                        room.members
-                            .iter()
-                            .find(|(_, m)| m.entity == *holder_entity)
-                            .map_or(u64::MAX, |(s, _)| *s)
-                    };
-                    trail.push(format!("prop:{prop_id}:{holder}:{}", change.as_str()));
+                    trail.push(format!(
+                        "prop:{prop_id}:{holder_entity}:{}",
+                        change.as_str()
+                    ));
                 }
                 EventBody::Consent { .. } => {
                     assert!(
@@ -478,7 +483,7 @@ proptest! {
                             next_event += 1;
                         }
                     }
-                    let actual = actual_trail(&room, &out, &mut next_audit);
+                    let actual = actual_trail(&out, &mut next_audit);
                     prop_assert_eq!(&actual, &model.trail);
                     for p in 1..=PROPS {
                         let slot = room.props.slots()[&p];

@@ -986,3 +986,16 @@ fn a_late_joiner_waits_for_the_masters_state_when_the_log_overflowed() {
         .expect("the joiner gets the reported state");
     assert_eq!(sync, (vec![2], at, b"board".to_vec()));
 }
+
+#[test]
+fn a_joiner_learns_who_holds_what() {
+    let (mut room, mut now) = room_with(1, near_props_config());
+    room.input(1, interact(1, InteractionKind::Pickup, 2));
+    step(&mut room, &mut now);
+    room.join(2);
+    let out = step(&mut room, &mut now);
+    let ev = events(&out);
+    assert_eq!(ev.len(), 1);
+    assert_eq!(ev[0].to, vec![2], "only the joiner");
+    assert_eq!(prop_events(&out), vec![(2, 1, 1, PropChange::Pickup)]);
+}
