@@ -291,8 +291,16 @@ impl Cluster {
     pub async fn placements(&self, rooms: &[String]) -> BTreeMap<String, String> {
         let mut out = BTreeMap::new();
         for r in rooms {
-            if let Ok(Some(p)) = self.directory.resolve(r).await {
-                out.insert(r.clone(), p.node);
+            // A few tries: the first command after a Redis restart fails on the old connection.
+            for _ in 0..3 {
+                match self.directory.resolve(r).await {
+                    Ok(Some(p)) => {
+                        out.insert(r.clone(), p.node);
+                        break;
+                    }
+                    Ok(None) => break,
+                    Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+                }
             }
         }
         out
