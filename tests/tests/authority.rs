@@ -13,16 +13,21 @@ async fn wait_event<F: FnMut(&pb::event::Kind) -> bool>(
     c: &mut Client,
     mut f: F,
 ) -> pb::event::Kind {
+    let mut seen = Vec::new();
     for _ in 0..400 {
         if let Some(server_envelope::Body::Event(e)) = c.recv().await.unwrap() {
             if let Some(k) = e.kind {
                 if f(&k) {
                     return k;
                 }
+                seen.push(k);
             }
         }
     }
-    panic!("event never arrived");
+    panic!(
+        "event never arrived; other events {seen:?}; errors {:?}",
+        c.errors
+    );
 }
 
 async fn consent(c: &mut Client, op: pb::ConsentOp, kind: &str, target: u32, id: u64) {
@@ -112,7 +117,14 @@ async fn consent_is_explicit_audited_in_order_and_survives_a_room_restart() {
     room.cast(RoomMsg::Panic).unwrap();
     let ea2 = a.wait_joined().await.unwrap();
     let eb2 = b.wait_joined().await.unwrap();
-    a.pump_for(Duration::from_millis(100)).await.unwrap();
+    // Ask only once a sees b in the new activation.
+    for _ in 0..100 {
+        if a.decoder.get(eb2).is_some() {
+            break;
+        }
+        a.recv().await.unwrap();
+    }
+    assert!(a.decoder.get(eb2).is_some(), "a sees b after the restart");
     consent(&mut a, pb::ConsentOp::Request, "follow", eb2, 0).await;
     let k = wait_event(&mut b, |k| {
         consent_state(k).is_some_and(|s| s.1 == "requested")
