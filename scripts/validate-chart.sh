@@ -112,7 +112,7 @@ CASES=(
     "default|"
     "production|-f $CHART/values-production.yaml"
     "external-redis|--set redis.enabled=false --set redis.url=redis://redis.example:6379/0"
-    "everything-on|--set gateway.autoscaling.enabled=true --set serviceMonitor.enabled=true --set redis.persistence.enabled=false"
+    "everything-on|--set gateway.autoscaling.enabled=true --set serviceMonitor.enabled=true --set prometheusRule.enabled=true --set redis.persistence.enabled=false"
 )
 
 for case in "${CASES[@]}"; do
