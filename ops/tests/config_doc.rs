@@ -105,16 +105,28 @@ fn cell(text: &str) -> String {
     text.replace('|', "\\|")
 }
 
+/// Every file under `dir`, sorted (templates may sit in sub-folders such as `tests/`).
+fn template_files(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap_or_else(|e| panic!("{}: {e}", d.display())) {
+            let path = e.expect("dir entry").path();
+            if path.is_dir() {
+                stack.push(path);
+            } else {
+                out.push(path);
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
 /// The keys the Helm chart sets per pod through environment variables.
 fn chart_env_vars() -> Vec<String> {
-    let dir = repo().join("helm/plaza/templates");
     let mut vars = Vec::new();
-    let mut paths: Vec<_> = std::fs::read_dir(&dir)
-        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
-        .map(|e| e.expect("dir entry").path())
-        .collect();
-    paths.sort();
-    for path in paths {
+    for path in template_files(&repo().join("helm/plaza/templates")) {
         let text = std::fs::read_to_string(&path).expect("read template");
         for line in text.lines() {
             if let Some(var) = line.trim().strip_prefix("- name: PLAZA__") {

@@ -71,16 +71,28 @@ fn lookup<'a>(t: &'a toml::Table, dotted: &str) -> Option<&'a toml::Value> {
     t.get(section)?.as_table()?.get(key)
 }
 
+/// Every file under `dir`, sorted (templates may sit in sub-folders such as `tests/`).
+fn template_files(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap_or_else(|e| panic!("{}: {e}", d.display())) {
+            let path = e.expect("dir entry").path();
+            if path.is_dir() {
+                stack.push(path);
+            } else {
+                out.push(path);
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
 /// The keys the chart's templates set per pod: `- name: PLAZA__SECTION__KEY`.
 fn template_env_keys() -> BTreeSet<String> {
-    let dir = repo().join("helm/plaza/templates");
     let mut out = BTreeSet::new();
-    let mut entries: Vec<_> = std::fs::read_dir(&dir)
-        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
-        .map(|e| e.expect("dir entry").path())
-        .collect();
-    entries.sort();
-    for path in entries {
+    for path in template_files(&repo().join("helm/plaza/templates")) {
         let text = std::fs::read_to_string(&path).expect("read template");
         for line in text.lines() {
             let Some(rest) = line.trim().strip_prefix("- name: PLAZA__") else {
