@@ -5,8 +5,9 @@
 //!
 //! The `plaza` binary belongs to another package (`plaza-ops`), so `CARGO_BIN_EXE_plaza` is not
 //! set for these tests. [`plaza_bin`] builds it once per test process with the `cargo` that runs
-//! the tests (`$CARGO build -p plaza-ops --bin plaza`, a no-op when it is up to date) and uses
-//! `<target dir>/debug/plaza`; `PLAZA_BIN` overrides the path. This works on a clean checkout
+//! the tests (`$CARGO build -p plaza-ops --bin plaza`, a no-op when it is up to date; with
+//! `--release` when the tests are built in release) and uses `<target dir>/{debug,release}/plaza`;
+//! `PLAZA_BIN` overrides the path. This works on a clean checkout
 //! with `cargo test --workspace` or `cargo test -p plaza-tests`.
 //!
 //! It does not restart crashed processes or judge results; tests do. Every wait is a bounded
@@ -35,8 +36,14 @@ pub fn plaza_bin() -> Result<PathBuf, String> {
         let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
         let workspace = manifest.parent().ok_or("no workspace dir")?;
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        // Same profile as the tests themselves (`cargo test --release` → a release `plaza`).
+        let release = !cfg!(debug_assertions);
+        let mut args = vec!["build", "-q", "-p", "plaza-ops", "--bin", "plaza"];
+        if release {
+            args.push("--release");
+        }
         let out = Command::new(cargo)
-            .args(["build", "-q", "-p", "plaza-ops", "--bin", "plaza"])
+            .args(&args)
             .current_dir(workspace)
             .output()
             .map_err(|e| format!("run cargo build: {e}"))?;
@@ -49,7 +56,9 @@ pub fn plaza_bin() -> Result<PathBuf, String> {
         let target = std::env::var_os("CARGO_TARGET_DIR")
             .map(PathBuf::from)
             .unwrap_or_else(|| workspace.join("target"));
-        let bin = target.join("debug").join("plaza");
+        let bin = target
+            .join(if release { "release" } else { "debug" })
+            .join("plaza");
         if bin.exists() {
             Ok(bin)
         } else {
