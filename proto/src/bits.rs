@@ -94,6 +94,7 @@ impl BitSink for BitCounter {
 #[derive(Debug)]
 pub struct BitWriter<'a> {
     out: &'a mut Vec<u8>,
+    start: usize,
     acc: u64,
     n: u32,
 }
@@ -101,7 +102,18 @@ pub struct BitWriter<'a> {
 impl<'a> BitWriter<'a> {
     /// Starts writing at the end of `out` (byte aligned).
     pub fn new(out: &'a mut Vec<u8>) -> Self {
-        Self { out, acc: 0, n: 0 }
+        let start = out.len();
+        Self {
+            out,
+            start,
+            acc: 0,
+            n: 0,
+        }
+    }
+
+    /// Bits written so far by this writer.
+    pub fn bit_len(&self) -> u64 {
+        (self.out.len() - self.start) as u64 * 8 + u64::from(self.n)
     }
 
     /// Pads the last byte with zero bits and flushes it.

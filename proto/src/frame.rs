@@ -1027,7 +1027,50 @@ impl FrameEncoder {
         // Budget: defer the least important steady pose updates.
         let mut deferred = 0u32;
         let optional = self.pending.iter().filter(|p| !p.mandatory).count();
-        if optional > 0 && self.cfg.budget_bytes_per_s > 0 && !keyframe {
+        let mut flags = own_flag;
+        if keyframe {
+            flags |= FLAG_KEYFRAME;
+        }
+        if check {
+            flags |= FLAG_CHECK;
+        }
+        let head = Head {
+            flags,
+            seq,
+            base,
+            tick,
+            keyframe,
+            check,
+            own: if own_flag == FLAG_OWN { own } else { None },
+            own_base: own_base.as_ref(),
+        };
+        let start = out.len();
+        let mut written: Option<usize> = None;
+        let budgeted = optional > 0 && self.cfg.budget_bytes_per_s > 0 && !keyframe;
+        if budgeted {
+            // Optimistic: write the whole frame and measure it, since most frames fit; only a
+            // frame over its budget pays for the counting pass below. The estimate is the same
+            // as the counting pass's, so the bytes are the same either way.
+            let (check_at, bits) = self.write_frame(out, &head, held_after);
+            let mut removed = BitCounter::default();
+            removed.eg(self.removed.len() as u64, 0);
+            for &id in &self.removed {
+                removed.eg(u64::from(id), 2);
+            }
+            let total = 8 * 16
+                + bits.own
+                + removed.bits
+                + bits.news
+                + held_after as u64
+                + 1
+                + bits.changes;
+            if total <= (self.credit.max(0) as u64) * 8 {
+                written = Some(check_at);
+            } else {
+                out.truncate(start);
+            }
+        }
+        if budgeted && written.is_none() {
             let mut fixed = BitCounter::default();
             fixed.bits += 8 * 16; // header upper bound
             if own_flag == FLAG_OWN
@@ -1105,55 +1148,10 @@ impl FrameEncoder {
         }
         self.pending.retain(|p| p.include);
 
-        // Header.
-        let start = out.len();
-        let mut flags = own_flag;
-        if keyframe {
-            flags |= FLAG_KEYFRAME;
-        }
-        if check {
-            flags |= FLAG_CHECK;
-        }
-        out.push((FRAME_VERSION << 4) | flags);
-        write_leb(out, seq);
-        write_leb(out, seq.wrapping_sub(base));
-        let check_at = out.len();
-        if check {
-            out.extend_from_slice(&[0; 4]);
-        }
-
-        // Body.
-        let mut w = BitWriter::new(out);
-        if keyframe {
-            w.eg(u64::from(tick), 8);
-        } else {
-            w.seg(i64::from(tick.wrapping_sub(self.last_tick) as i32), K_TICK);
-        }
-        if own_flag == FLAG_OWN
-            && let Some(o) = own
-        {
-            write_own(&mut w, own_base.as_ref().unwrap_or(&OWN_ZERO), o);
-        }
-        w.eg(self.removed.len() as u64, 0);
-        let mut prev: i64 = -1;
-        for &id in &self.removed {
-            w.eg((i64::from(id) - prev - 1) as u64, 2);
-            prev = i64::from(id);
-        }
-        self.sel.clear();
-        self.sel.extend(self.pending.iter().map(|p| p.post_idx));
-        write_selection(&mut w, held_after, &self.sel);
-        for p in &self.pending {
-            let h = &self.model[p.model_idx as usize];
-            write_change(&mut w, h, p.mask, &p.pose, p.tier, tick);
-        }
-        w.eg(self.news.len() as u64, 0);
-        let mut prev = None;
-        for (rec, tier) in &self.news {
-            write_new(&mut w, prev, rec, *tier);
-            prev = Some((rec.id, rec.pose.position_mm));
-        }
-        w.finish();
+        let check_at = match written {
+            Some(at) => at,
+            None => self.write_frame(out, &head, held_after).0,
+        };
 
         // Update the model exactly as the decoder will.
         for p in &self.pending {
@@ -1198,6 +1196,85 @@ impl FrameEncoder {
             removed: self.removed.len() as u32,
             deferred,
         }
+    }
+}
+
+/// What the frame header and the body's own-state part are made of.
+struct Head<'a> {
+    flags: u8,
+    seq: u32,
+    base: u32,
+    tick: u32,
+    keyframe: bool,
+    check: bool,
+    /// The own state to write (only when it changed).
+    own: Option<&'a OwnState>,
+    /// What the client holds of its own state.
+    own_base: Option<&'a OwnState>,
+}
+
+/// Bits of the parts of a written frame that the budget estimate counts.
+#[derive(Clone, Copy, Debug, Default)]
+struct FrameBits {
+    own: u64,
+    changes: u64,
+    news: u64,
+}
+
+impl FrameEncoder {
+    /// Writes the frame (header and body) for the current `removed`, `pending` and `news`;
+    /// returns where the check hash goes and the measured bits of its parts.
+    fn write_frame(
+        &mut self,
+        out: &mut Vec<u8>,
+        head: &Head<'_>,
+        held_after: usize,
+    ) -> (usize, FrameBits) {
+        let tick = head.tick;
+        out.push((FRAME_VERSION << 4) | head.flags);
+        write_leb(out, head.seq);
+        write_leb(out, head.seq.wrapping_sub(head.base));
+        let check_at = out.len();
+        if head.check {
+            out.extend_from_slice(&[0; 4]);
+        }
+        let mut bits = FrameBits::default();
+        let mut w = BitWriter::new(out);
+        if head.keyframe {
+            w.eg(u64::from(tick), 8);
+        } else {
+            w.seg(i64::from(tick.wrapping_sub(self.last_tick) as i32), K_TICK);
+        }
+        if let Some(o) = head.own {
+            let at = w.bit_len();
+            write_own(&mut w, head.own_base.unwrap_or(&OWN_ZERO), o);
+            bits.own = w.bit_len() - at;
+        }
+        w.eg(self.removed.len() as u64, 0);
+        let mut prev: i64 = -1;
+        for &id in &self.removed {
+            w.eg((i64::from(id) - prev - 1) as u64, 2);
+            prev = i64::from(id);
+        }
+        self.sel.clear();
+        self.sel.extend(self.pending.iter().map(|p| p.post_idx));
+        write_selection(&mut w, held_after, &self.sel);
+        let at = w.bit_len();
+        for p in &self.pending {
+            let h = &self.model[p.model_idx as usize];
+            write_change(&mut w, h, p.mask, &p.pose, p.tier, tick);
+        }
+        bits.changes = w.bit_len() - at;
+        let at = w.bit_len();
+        w.eg(self.news.len() as u64, 0);
+        let mut prev = None;
+        for (rec, tier) in &self.news {
+            write_new(&mut w, prev, rec, *tier);
+            prev = Some((rec.id, rec.pose.position_mm));
+        }
+        bits.news = w.bit_len() - at;
+        w.finish();
+        (check_at, bits)
     }
 }
 

@@ -144,6 +144,7 @@ impl QuantPose {
     }
 
     /// Position in metres.
+    #[inline]
     pub fn position_m(&self) -> [f32; 3] {
         self.position_mm.map(from_mm)
     }
@@ -156,6 +157,7 @@ impl QuantPose {
     /// This pose with every field in its wire range (yaw below [`YAW_STEPS`], movement kind at
     /// most 3): what [`quantize`] makes, and what a client holds
     /// of a hand-built pose.
+    #[inline]
     pub fn canonical(&self) -> Self {
         Self {
             yaw: self.yaw % YAW_STEPS,
@@ -165,6 +167,7 @@ impl QuantPose {
     }
 
     /// Whether the quantized velocity is zero (the entity is at rest).
+    #[inline]
     pub fn at_rest(&self) -> bool {
         self.velocity == [0; 3]
     }
