@@ -104,6 +104,9 @@ pub struct RoomsState {
     rooms: HashMap<String, LiveRoom>,
     by_actor: HashMap<ActorId, String>,
     draining: bool,
+    /// The epoch of each room's last activation on this node that ended. A new activation must
+    /// not run under it: the old activation's writer releases that lease after its last write.
+    retired: HashMap<String, plaza_directory::Epoch>,
 }
 
 impl Actor for RoomsSupervisor {
@@ -120,6 +123,7 @@ impl Actor for RoomsSupervisor {
             args,
             rooms: HashMap::new(),
             by_actor: HashMap::new(),
+            retired: HashMap::new(),
             draining: false,
         })
     }
@@ -203,6 +207,28 @@ impl RoomsState {
                     return Err(e.into());
                 }
             };
+        // A claim by the node that still holds the lease renews it under the same epoch. If that
+        // lease belongs to an activation of ours that just ended (its writer will release it),
+        // give it back now and claim afresh: the new activation gets a newer epoch, and the old
+        // writer's release is refused as stale instead of releasing the new lease.
+        let lease = if self.retired.get(room) == Some(&lease.epoch()) {
+            let _ = lease.release(&*a.directory).await;
+            match RoomLease::claim(&*a.directory, room, &a.node_id, a.lease_ttl, margin).await {
+                Ok(l) => l,
+                Err(DirectoryError::Conflict(_)) => {
+                    a.metrics.placement("claim_refused");
+                    return Err(RoomsError::PlacedElsewhere);
+                }
+                Err(e) => {
+                    a.metrics.directory_error(e.code());
+                    return Err(e.into());
+                }
+            }
+        } else {
+            lease
+        };
+        self.retired.remove(room);
+        let a = &self.args;
         let epoch = lease.epoch();
         a.events.activate(room, epoch, &a.node_id);
         // A drained room's previous activation left its state; older epochs only.
@@ -306,9 +332,10 @@ impl RoomsState {
         let Some(room) = self.by_actor.remove(&cell.get_id()) else {
             return;
         };
-        if self.rooms.remove(&room).is_none() {
+        let Some(live) = self.rooms.remove(&room) else {
             return;
-        }
+        };
+        self.retired.insert(room.clone(), live.activation.epoch());
         if event == "failed" {
             tracing::error!(room, why, "room actor failed; other rooms keep running");
         } else {

@@ -91,6 +91,8 @@ pub struct Client {
     pub frame_errors: u32,
     /// Resync requests sent after a frame failure.
     pub resyncs: u32,
+    /// Every event received, in order.
+    pub events: Vec<pb::Event>,
 }
 
 impl Client {
@@ -111,6 +113,7 @@ impl Client {
             corrections: Vec::new(),
             frame_errors: 0,
             resyncs: 0,
+            events: Vec::new(),
         })
     }
 
@@ -269,6 +272,7 @@ impl Client {
                             }
                         }
                         server_envelope::Body::Error(e) => self.errors.push(e.clone()),
+                        server_envelope::Body::Event(e) => self.events.push(e.clone()),
                         server_envelope::Body::Correction(c) => self.corrections.push(c.clone()),
                         _ => {}
                     }

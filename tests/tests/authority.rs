@@ -10,6 +10,7 @@ use plaza_tests::{Client, start_plaza, test_config, ws_url};
 
 /// Reads until an event matching `f` arrives (bounded).
 async fn wait_event<F: FnMut(&pb::event::Kind) -> bool>(
+    what: &str,
     c: &mut Client,
     mut f: F,
 ) -> pb::event::Kind {
@@ -25,8 +26,8 @@ async fn wait_event<F: FnMut(&pb::event::Kind) -> bool>(
         }
     }
     panic!(
-        "event never arrived; other events {seen:?}; errors {:?}",
-        c.errors
+        "{what}: event never arrived; other events {seen:?}; errors {:?}; corrections {:?}",
+        c.errors, c.corrections
     );
 }
 
@@ -58,31 +59,34 @@ async fn consent_is_explicit_audited_in_order_and_survives_a_room_restart() {
     let eb = b.join("consent").await.unwrap();
 
     consent(&mut a, pb::ConsentOp::Request, "hand_hold", eb, 0).await;
-    let k = wait_event(&mut b, |k| {
+    let k = wait_event("wait 1", &mut b, |k| {
         consent_state(k).is_some_and(|s| s.1 == "requested")
     })
     .await;
     let (id, _) = consent_state(&k).unwrap();
     // The requester cannot consent for the target: refused and audited.
     consent(&mut a, pb::ConsentOp::Consent, "", 0, id).await;
-    let rej = wait_event(&mut a, |k| matches!(k, pb::event::Kind::Rejected(_))).await;
+    let rej = wait_event("wait 2", &mut a, |k| {
+        matches!(k, pb::event::Kind::Rejected(_))
+    })
+    .await;
     let pb::event::Kind::Rejected(r) = rej else {
         unreachable!()
     };
     assert_eq!(r.reason, "not_target");
     // Only the target consents; the requester activates; the target releases.
     consent(&mut b, pb::ConsentOp::Consent, "", 0, id).await;
-    wait_event(&mut a, |k| {
+    wait_event("wait 3", &mut a, |k| {
         consent_state(k).is_some_and(|s| s.1 == "consented")
     })
     .await;
     consent(&mut a, pb::ConsentOp::Activate, "", 0, id).await;
-    wait_event(&mut b, |k| {
+    wait_event("wait 4", &mut b, |k| {
         consent_state(k).is_some_and(|s| s.1 == "active")
     })
     .await;
     consent(&mut b, pb::ConsentOp::Release, "", 0, id).await;
-    wait_event(&mut a, |k| {
+    wait_event("wait 5", &mut a, |k| {
         consent_state(k).is_some_and(|s| s.1 == "released")
     })
     .await;
@@ -126,13 +130,17 @@ async fn consent_is_explicit_audited_in_order_and_survives_a_room_restart() {
     }
     assert!(a.decoder.get(eb2).is_some(), "a sees b after the restart");
     consent(&mut a, pb::ConsentOp::Request, "follow", eb2, 0).await;
-    let k = wait_event(&mut b, |k| {
-        consent_state(k).is_some_and(|s| s.1 == "requested")
-    })
+    a.pump_for(Duration::from_millis(200)).await.unwrap();
+    let a_events = format!("{:?}", &a.events[a.events.len().saturating_sub(3)..]);
+    let k = wait_event(
+        &format!("wait 6 (a's last events {a_events})"),
+        &mut b,
+        |k| consent_state(k).is_some_and(|s| s.1 == "requested"),
+    )
     .await;
     let (id2, _) = consent_state(&k).unwrap();
     consent(&mut b, pb::ConsentOp::Decline, "", 0, id2).await;
-    wait_event(&mut a, |k| {
+    wait_event("wait 7", &mut a, |k| {
         consent_state(k).is_some_and(|s| s.1 == "declined")
     })
     .await;
@@ -191,7 +199,10 @@ async fn pickup_and_place_follow_the_ownership_rules() {
     a.send(interact(pb::InteractionKind::Pickup, [0.0; 3], ""))
         .await
         .unwrap();
-    let k = wait_event(&mut a, |k| matches!(k, pb::event::Kind::Rejected(_))).await;
+    let k = wait_event("wait 8", &mut a, |k| {
+        matches!(k, pb::event::Kind::Rejected(_))
+    })
+    .await;
     assert!(
         matches!(&k, pb::event::Kind::Rejected(r) if r.reason == "out_of_reach"),
         "{k:?}"
@@ -201,7 +212,10 @@ async fn pickup_and_place_follow_the_ownership_rules() {
     a.send(interact(pb::InteractionKind::Pickup, [0.0; 3], "elsewhere"))
         .await
         .unwrap();
-    let k = wait_event(&mut a, |k| matches!(k, pb::event::Kind::Rejected(_))).await;
+    let k = wait_event("wait 9", &mut a, |k| {
+        matches!(k, pb::event::Kind::Rejected(_))
+    })
+    .await;
     assert!(
         matches!(&k, pb::event::Kind::Rejected(r) if r.reason == "wrong_room"),
         "{k:?}"
@@ -209,7 +223,7 @@ async fn pickup_and_place_follow_the_ownership_rules() {
     a.send(interact(pb::InteractionKind::Pickup, [0.0; 3], ""))
         .await
         .unwrap();
-    let k = wait_event(&mut a, |k| matches!(k, pb::event::Kind::Prop(_))).await;
+    let k = wait_event("wait 10", &mut a, |k| matches!(k, pb::event::Kind::Prop(_))).await;
     let pb::event::Kind::Prop(p) = k else {
         unreachable!()
     };
@@ -219,7 +233,10 @@ async fn pickup_and_place_follow_the_ownership_rules() {
     b.send(interact(pb::InteractionKind::Place, [5.0, 0.25, 4.0], ""))
         .await
         .unwrap();
-    let k = wait_event(&mut b, |k| matches!(k, pb::event::Kind::Rejected(_))).await;
+    let k = wait_event("wait 11", &mut b, |k| {
+        matches!(k, pb::event::Kind::Rejected(_))
+    })
+    .await;
     assert!(
         matches!(&k, pb::event::Kind::Rejected(r) if r.reason == "not_holder"),
         "{k:?}"
@@ -229,6 +246,7 @@ async fn pickup_and_place_follow_the_ownership_rules() {
         .await
         .unwrap();
     let k = wait_event(
+        "wait 12",
         &mut a,
         |k| matches!(k, pb::event::Kind::Prop(p) if p.holder_entity == 0),
     )
