@@ -1,7 +1,10 @@
 //! Compiles `proto/*.proto` with a vendored `protoc`, so a fresh machine needs only cargo.
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let protos = ["proto/plaza/v1/client.proto", "proto/plaza/node/v1/node.proto"];
+    let protos = [
+        "proto/plaza/v1/client.proto",
+        "proto/plaza/node/v1/node.proto",
+    ];
     for p in protos {
         println!("cargo:rerun-if-changed={p}");
     }

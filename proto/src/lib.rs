@@ -10,7 +10,13 @@
 //! Byte layouts: `docs/PROTOCOL.md`.
 
 /// Generated code, in the package layout of the `.proto` files (their cross-references need it).
-#[allow(missing_docs, unreachable_pub, unused_qualifications, clippy::all, clippy::pedantic)]
+#[allow(
+    missing_docs,
+    unreachable_pub,
+    unused_qualifications,
+    clippy::all,
+    clippy::pedantic
+)]
 pub mod generated {
     pub mod plaza {
         pub mod v1 {
@@ -28,7 +34,7 @@ pub use generated::plaza::node::v1 as node;
 pub use generated::plaza::v1 as pb;
 
 pub mod bits;
-pub mod version;
 pub mod compressed;
 pub mod frame;
 pub mod quant;
+pub mod version;

@@ -34,7 +34,10 @@ mod tests {
     #[test]
     fn picks_the_highest_mutual_version() {
         let server = [v(1, 0), v(1, 1), v(2, 0)];
-        assert_eq!(negotiate_with(&[v(1, 1), v(1, 0), v(3, 0)], &server), Some(v(1, 1)));
+        assert_eq!(
+            negotiate_with(&[v(1, 1), v(1, 0), v(3, 0)], &server),
+            Some(v(1, 1))
+        );
         assert_eq!(negotiate_with(&[v(2, 0), v(1, 0)], &server), Some(v(2, 0)));
     }
 
