@@ -274,10 +274,22 @@ fn tier_for(n: usize) -> CapacityTier {
 
 /// Per-tick time of simulate + broadcast, from a measurement loop (criterion reports means).
 fn tick_report() {
-    let (sizes, ticks): (&[usize], usize) = if ci() {
-        (&[100, 250], 200)
+    use CapacityTier::{Class, Stadium};
+    let (cases, ticks): (&[(usize, CapacityTier)], usize) = if ci() {
+        (&[(100, Class), (250, Class)], 200)
     } else {
-        (&[100, 250, 500, 1000], 2000)
+        (
+            &[
+                (100, Class),
+                (250, Class),
+                (500, Class),
+                (1000, Class),
+                (250, Stadium),
+                (500, Stadium),
+                (1000, Stadium),
+            ],
+            2000,
+        )
     };
     println!("room tick (simulate + broadcast at 20 Hz; 50 Hz ticks, {ticks} measured after 100)");
     println!(
@@ -294,9 +306,8 @@ fn tick_report() {
         "bcast mean",
         "bcast p99"
     );
-    let mut prev: Option<(usize, f64)> = None;
-    for &n in sizes.iter().filter(|n| wanted(**n)) {
-        let tier = tier_for(n);
+    let mut prev: Option<(usize, CapacityTier, f64)> = None;
+    for &(n, tier) in cases.iter().filter(|c| wanted(c.0)) {
         let mut sim = Sim::new(n, tier, 0x5eed + n as u64);
         for _ in 0..100 {
             sim.tick();
@@ -327,7 +338,7 @@ fn tick_report() {
             b.mean,
             b.p99
         );
-        if let Some((pn, pm)) = prev {
+        if let Some((pn, _, pm)) = prev.filter(|p| p.1 == tier) {
             let r = n as f64 / pn as f64;
             let nlogn = r * (n as f64).ln() / (pn as f64).ln();
             println!(
@@ -335,7 +346,7 @@ fn tick_report() {
                 t.mean / pm
             );
         }
-        prev = Some((n, t.mean));
+        prev = Some((n, tier, t.mean));
         black_box(sim.corrections);
     }
 }

@@ -1071,15 +1071,18 @@ impl Room {
             slot[r.id as usize] = i as u32;
         }
         let slot_of = |id: u32| slot.get(id as usize).copied().filter(|s| *s != u32::MAX);
+        // Each avatar's quantized position in metres, by arena index (converted once).
+        let pos_m: Vec<[f32; 3]> = self.arena[..avatars]
+            .iter()
+            .map(|r| r.pose.position_m())
+            .collect();
         // Interest is recomputed every `REFRESH_EVERY`-th broadcast per member, staggered by
         // entity; in between a member keeps whom it saw (see `interest::REFRESH_EVERY`).
         let refresh_all = avatars <= cap + 1;
         let phase = self.stats.broadcasts;
         let mut buf = Vec::new();
         for (session, m) in self.members.iter_mut() {
-            let at = slot_of(m.entity).map_or(m.pose.position, |i| {
-                self.arena[i as usize].pose.position_m()
-            });
+            let at = slot_of(m.entity).map_or(m.pose.position, |i| pos_m[i as usize]);
             if refresh_all
                 || m.seen.is_empty()
                 || (phase + u64::from(m.entity)).is_multiple_of(interest::REFRESH_EVERY)
@@ -1093,7 +1096,7 @@ impl Room {
             for id in &m.seen {
                 let Some(i) = slot_of(*id) else { continue };
                 let record = &self.arena[i as usize];
-                let p = record.pose.position_m();
+                let p = pos_m[i as usize];
                 let (dx, dy, dz) = (p[0] - at[0], p[1] - at[1], p[2] - at[2]);
                 let tier = index.tier_of(dx * dx + dy * dy + dz * dz);
                 visible.push(Visible { record, tier });
