@@ -273,7 +273,7 @@ impl Client {
                         }
                         server_envelope::Body::Error(e) => self.errors.push(e.clone()),
                         server_envelope::Body::Event(e) => self.events.push(e.clone()),
-                        server_envelope::Body::Correction(c) => self.corrections.push(c.clone()),
+                        server_envelope::Body::Correction(c) => self.corrections.push(*c),
                         _ => {}
                     }
                     return Ok(Ok(body));

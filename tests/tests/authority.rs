@@ -16,13 +16,13 @@ async fn wait_event<F: FnMut(&pb::event::Kind) -> bool>(
 ) -> pb::event::Kind {
     let mut seen = Vec::new();
     for _ in 0..400 {
-        if let Some(server_envelope::Body::Event(e)) = c.recv().await.unwrap() {
-            if let Some(k) = e.kind {
-                if f(&k) {
-                    return k;
-                }
-                seen.push(k);
+        if let Some(server_envelope::Body::Event(e)) = c.recv().await.unwrap()
+            && let Some(k) = e.kind
+        {
+            if f(&k) {
+                return k;
             }
+            seen.push(k);
         }
     }
     panic!(

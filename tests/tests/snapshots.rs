@@ -33,11 +33,12 @@ async fn a_corrupted_view_is_detected_and_healed_within_one_check_period() {
     let mut healed = false;
     for _ in 0..(check_every * 2 + 10) {
         let body = a.recv().await.unwrap().expect("connection open");
-        if let server_envelope::Body::SnapshotFrame(_) = body {
-            if a.resyncs > 0 && a.frames.last().is_some_and(|f| f.keyframe) {
-                healed = true;
-                break;
-            }
+        if matches!(body, server_envelope::Body::SnapshotFrame(_))
+            && a.resyncs > 0
+            && a.frames.last().is_some_and(|f| f.keyframe)
+        {
+            healed = true;
+            break;
         }
     }
     assert!(healed, "a keyframe healed the view");
