@@ -55,6 +55,9 @@ pub struct GatewayConfig {
     pub resume_ttl: Duration,
     /// Most connections open at once; beyond it new connections are refused with 503.
     pub max_connections: usize,
+    /// Kernel send buffer per client socket (bytes); `None` leaves the OS default (autotuned,
+    /// up to megabytes per socket).
+    pub socket_send_buffer: Option<usize>,
 }
 
 impl Default for GatewayConfig {
@@ -64,6 +67,7 @@ impl Default for GatewayConfig {
             limits: Limits::default(),
             resume_ttl: Duration::from_secs(30),
             max_connections: 20_000,
+            socket_send_buffer: Some(64 * 1024),
         }
     }
 }
@@ -147,10 +151,14 @@ impl Gateway {
             .route("/v1/ws", get(ws_handler))
             .with_state(shared);
         let mut stop = shutdown_rx;
+        let send_buffer = cfg.socket_send_buffer;
         let server = tokio::spawn(async move {
             // TCP_NODELAY: frames are small and latency-bound.
-            let listener = listener.tap_io(|tcp| {
+            let listener = listener.tap_io(move |tcp| {
                 let _ = tcp.set_nodelay(true);
+                if let Some(n) = send_buffer {
+                    let _ = socket2::SockRef::from(&*tcp).set_send_buffer_size(n);
+                }
             });
             let res = axum::serve(listener, app)
                 .with_graceful_shutdown(async move {

@@ -174,11 +174,7 @@ impl RouterState {
                     }
                     None => self.place_unsuspected(room).await?,
                 };
-                if self
-                    .nodes
-                    .get(&node.id)
-                    .is_none_or(|r| r.addr != node.addr)
-                {
+                if self.nodes.get(&node.id).is_none_or(|r| r.addr != node.addr) {
                     let route = connect(&node.id, &node.addr)?;
                     self.nodes.insert(node.id.clone(), route);
                 }

@@ -54,6 +54,7 @@ pub struct GatewaySection {
     pub max_connections: usize,
     pub resume_ttl_ms: u64,
     pub resume_deadline_ms: u64,
+    pub socket_send_buffer: usize,
 }
 
 /// `[admin]`
@@ -339,6 +340,7 @@ impl PlazaConfig {
             },
             resume_ttl: Duration::from_millis(g.resume_ttl_ms),
             max_connections: g.max_connections,
+            socket_send_buffer: (g.socket_send_buffer > 0).then_some(g.socket_send_buffer),
         }
     }
 }

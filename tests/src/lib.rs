@@ -54,7 +54,8 @@ pub async fn eventually<F: FnMut() -> bool>(timeout: Duration, mut f: F) -> bool
     }
 }
 
-type Ws = WebSocketStream<MaybeTlsStream<TcpStream>>;
+/// The WebSocket type of the test client.
+pub type Ws = WebSocketStream<MaybeTlsStream<TcpStream>>;
 
 /// How a connection ended, as the client saw it.
 #[derive(Clone, Debug, PartialEq)]
@@ -99,7 +100,17 @@ impl Client {
     /// Connects without negotiating.
     pub async fn connect_raw(url: &str) -> anyhow::Result<Self> {
         let (ws, _) = tokio_tungstenite::connect_async(url).await?;
-        Ok(Self {
+        Ok(Self::from_stream(ws))
+    }
+
+    /// The raw WebSocket (tests that read frames themselves).
+    pub fn ws_mut(&mut self) -> &mut Ws {
+        &mut self.ws
+    }
+
+    /// A client over an already connected WebSocket.
+    pub fn from_stream(ws: Ws) -> Self {
+        Self {
             ws,
             seq: 0,
             session_id: 0,
@@ -114,7 +125,7 @@ impl Client {
             frame_errors: 0,
             resyncs: 0,
             events: Vec::new(),
-        })
+        }
     }
 
     /// Connects and negotiates version 1.0.
