@@ -34,7 +34,7 @@ pub trait BitSink {
     /// Appends `v` as an Exp-Golomb code of order `k`: `len - 1` zero bits, a one bit, then the
     /// `len - 1` low bits of `(v >> k) + 1` (whose bit length is `len`), then the `k` low bits of
     /// `v`. `v >> k` must be below `2^48 - 1`.
-    #[inline]
+    #[inline(always)]
     fn eg(&mut self, v: u64, k: u32) {
         let x = (v >> k) + 1;
         let len = 64 - x.leading_zeros();
@@ -55,7 +55,7 @@ pub trait BitSink {
     }
 
     /// Appends a signed value as a zigzag Exp-Golomb code of order `k`.
-    #[inline]
+    #[inline(always)]
     fn seg(&mut self, v: i64, k: u32) {
         self.eg(zigzag(v), k);
     }
