@@ -973,8 +973,15 @@ impl FrameEncoder {
                         self.news.push(sanitized(v));
                     } else {
                         let tier = v.tier.min(3);
-                        let new = &v.record.pose.canonical();
-                        let mut mask = groups(&h.rec.pose, new);
+                        // What the client holds is canonical: an identical pose is unchanged
+                        // without canonicalizing and comparing group by group.
+                        let same = v.record.pose == h.rec.pose;
+                        let new = &if same {
+                            h.rec.pose
+                        } else {
+                            v.record.pose.canonical()
+                        };
+                        let mut mask = if same { 0 } else { groups(&h.rec.pose, new) };
                         if tier != h.tier {
                             mask |= G_TIER;
                         }
