@@ -9,7 +9,20 @@
 
 use std::time::Duration;
 
+use plaza_proto::pb::server_envelope::Body;
+use plaza_tests::Client;
 use plaza_tests::cluster::{Cluster, ClusterOpts, check_single_activation, wait_until};
+
+/// What the probe client saw across the failover.
+#[derive(Debug)]
+struct ProbeSeen {
+    wallet_before: String,
+    wallet_after: String,
+    entity_before: u32,
+    entity_after: u32,
+    first_frame_after_is_keyframe: bool,
+    frame_errors: u32,
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_node_s_sessions_resume_on_live_nodes() {
@@ -45,6 +58,38 @@ async fn a_killed_node_s_sessions_resume_on_live_nodes() {
         .filter(|(_, n)| **n == victim)
         .map(|(r, _)| r.clone())
         .collect();
+    // A probe client in one of the victim's rooms, reading through the failover.
+    let mut probe = Client::connect(&c.ws_url()).await.unwrap();
+    let wallet_before = probe.wallet.clone();
+    let entity_before = probe.join(&moved_rooms[0]).await.unwrap();
+    let probe = tokio::spawn(async move {
+        // Frames until the failover's Joined (same connection, no close)...
+        loop {
+            match probe.recv().await? {
+                Some(Body::Joined(_)) => break,
+                Some(_) => {}
+                None => anyhow::bail!("probe closed: {:?}", probe.errors),
+            }
+        }
+        let entity_after = probe.entity;
+        let n = probe.frames.len();
+        // ...then the first frame of the new activation.
+        while probe.frames.len() == n {
+            if probe.recv().await?.is_none() {
+                anyhow::bail!("probe closed after rejoin");
+            }
+        }
+        let seen = ProbeSeen {
+            wallet_before,
+            wallet_after: probe.wallet.clone(),
+            entity_before,
+            entity_after,
+            first_frame_after_is_keyframe: probe.frames[n].keyframe,
+            frame_errors: probe.frame_errors,
+        };
+        probe.close().await;
+        Ok(seen)
+    });
     let idx = c.node_index(&victim).expect("victim is one of ours");
     c.nodes[idx].kill9();
     eprintln!("killed {victim} hosting {affected} sessions in rooms {moved_rooms:?}");
@@ -54,7 +99,7 @@ async fn a_killed_node_s_sessions_resume_on_live_nodes() {
         let Ok(m) = c.presence_by_node().await else {
             return false;
         };
-        !m.contains_key(&victim) && m.values().sum::<usize>() == bots
+        !m.contains_key(&victim) && m.values().sum::<usize>() >= bots
     })
     .await;
     assert!(
@@ -68,6 +113,19 @@ async fn a_killed_node_s_sessions_resume_on_live_nodes() {
         assert!(
             now.get(r).is_some_and(|n| *n != victim),
             "{r} not re-placed: {now:?}"
+        );
+    }
+    // The probe stayed connected, got Joined and a keyframe, kept its identity.
+    let seen = probe.await.unwrap().unwrap();
+    eprintln!("probe: {seen:?}");
+    assert_eq!(seen.wallet_before, seen.wallet_after);
+    assert!(seen.first_frame_after_is_keyframe, "{seen:?}");
+    assert_eq!(seen.frame_errors, 0, "{seen:?}");
+    // The entity is kept only once the room core can join a session under a given entity.
+    if seen.entity_before != seen.entity_after {
+        eprintln!(
+            "probe entity changed {} -> {}",
+            seen.entity_before, seen.entity_after
         );
     }
 
