@@ -872,6 +872,8 @@ pub struct FrameEncoder {
     sel: Vec<u32>,
     next: Vec<Held>,
     order: Vec<u32>,
+    /// The last budgeted frame was over its budget: count before writing (congestion lasts).
+    over_budget: bool,
 }
 
 impl FrameEncoder {
@@ -892,6 +894,7 @@ impl FrameEncoder {
             sel: Vec::new(),
             next: Vec::new(),
             order: Vec::new(),
+            over_budget: false,
         }
     }
 
@@ -1059,10 +1062,11 @@ impl FrameEncoder {
         let start = out.len();
         let mut written: Option<usize> = None;
         let budgeted = optional > 0 && self.cfg.budget_bytes_per_s > 0 && !keyframe;
-        if budgeted {
+        if budgeted && !self.over_budget {
             // Optimistic: write the whole frame and measure it, since most frames fit; only a
             // frame over its budget pays for the counting pass below. The estimate is the same
-            // as the counting pass's, so the bytes are the same either way.
+            // as the counting pass's, so the bytes are the same either way. After a frame over
+            // its budget the next ones count first, until one fits.
             let (check_at, bits) = self.write_frame(out, &head, held_after);
             let mut removed = BitCounter::default();
             removed.eg(self.removed.len() as u64, 0);
@@ -1107,6 +1111,7 @@ impl FrameEncoder {
                 total += c.bits;
             }
             let allowed = (self.credit.max(0) as u64) * 8;
+            self.over_budget = total > allowed;
             if total > allowed {
                 self.order.clear();
                 self.order.extend(
