@@ -778,24 +778,26 @@ fn write_selection<S: BitSink>(w: &mut S, n: usize, sel: &[u32]) {
         }
     } else {
         w.bit(false);
+        // One bit per held entity, 32 at a time; `sel` is ascending and below `n`.
+        let n = n as u64;
         let mut word = 0u64;
-        let mut bits = 0u32;
-        let mut next = sel.iter().peekable();
-        for i in 0..n as u32 {
-            let hit = next.peek().is_some_and(|&&s| s == i);
-            if hit {
-                next.next();
-                word |= 1 << bits;
-            }
-            bits += 1;
-            if bits == 32 {
+        let mut base = 0u64;
+        for &i in sel {
+            let i = u64::from(i);
+            while i >= base + 32 {
                 w.put(word, 32);
                 word = 0;
-                bits = 0;
+                base += 32;
             }
+            word |= 1 << (i - base);
         }
-        if bits > 0 {
-            w.put(word, bits);
+        while base + 32 <= n {
+            w.put(word, 32);
+            word = 0;
+            base += 32;
+        }
+        if n > base {
+            w.put(word, (n - base) as u32);
         }
     }
 }
