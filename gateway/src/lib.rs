@@ -136,14 +136,20 @@ impl Gateway {
             addr: cfg.listen,
             source,
         })?;
-        let router = Router::start(directory).await?;
+        let router = Router::start(directory.clone()).await?;
         let (shutdown, shutdown_rx) = watch::channel(false);
         let shared = Arc::new(Shared {
             limits: cfg.limits.clone(),
             auth,
             router: router.clone(),
             metrics: metrics.clone(),
-            resume: ResumeStore::new(cfg.resume_ttl, cfg.max_connections * 2),
+            // Resume entries live in the directory too, so a client whose gateway died can
+            // take its session back through any gateway.
+            resume: ResumeStore::with_directory(
+                cfg.resume_ttl,
+                cfg.max_connections * 2,
+                directory.clone(),
+            ),
             shutdown: shutdown_rx.clone(),
             connections: Arc::new(tokio::sync::Semaphore::new(cfg.max_connections)),
         });

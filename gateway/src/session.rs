@@ -217,7 +217,7 @@ impl Session {
         };
         let mut resumed: Option<ResumeEntry> = None;
         if !neg.resume_token.is_empty() {
-            resumed = self.shared.resume.take(&neg.resume_token);
+            resumed = self.shared.resume.take_shared(&neg.resume_token).await;
             if resumed.is_none() {
                 self.shared.metrics.resume("unknown_token");
             }
@@ -405,7 +405,9 @@ impl Session {
                 None => Step::Continue,
             },
             end => {
-                let room = self.node.take().map(|l| l.room);
+                let link = self.node.take().map(|l| (l.room, l.entity));
+                let entity = link.as_ref().map_or(0, |l| l.1);
+                let room = link.map(|l| l.0);
                 if self.leaving {
                     self.leaving = false;
                     if let Some(_room) = room {
@@ -427,7 +429,8 @@ impl Session {
                 }
                 self.shared.router.invalidate(&room);
                 self.shared.metrics.resume("node_stream");
-                match self.attach(&room, true, 0).await {
+                // Ask for the same entity back: the new activation gives it if it is free.
+                match self.attach(&room, true, entity).await {
                     Ok(()) => Step::Continue,
                     Err(code) => Step::Close(code),
                 }

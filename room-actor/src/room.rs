@@ -63,6 +63,11 @@ pub enum RoomMsg {
         wallet: String,
         /// Where its server envelopes go.
         tx: mpsc::Sender<NodeOutbound>,
+        /// The entity a resumed session asks to get back (0: any).
+        entity: u32,
+        /// Identifies this attachment: a later `Detach` of an older stream of the same session
+        /// must not detach this one.
+        link_id: u64,
     },
     /// An envelope from an attached session.
     Input {
@@ -80,6 +85,8 @@ pub enum RoomMsg {
     Detach {
         /// The session.
         session: SessionId,
+        /// The attachment whose stream ended.
+        link_id: u64,
     },
     /// The ticker's wake-up.
     Tick,
@@ -128,6 +135,8 @@ struct Link {
     entity: Option<u32>,
     /// Decoder of this sender's compressed movement timestamps (one per sender).
     timestamps: plaza_proto::compressed::TimestampDecoder,
+    /// The attachment (stream) this link belongs to.
+    link_id: u64,
 }
 
 /// A room actor's state.
@@ -269,13 +278,31 @@ impl Actor for RoomActor {
                 session,
                 wallet,
                 tx,
+                entity,
+                link_id,
             } => {
-                if let Some(old) = state.links.remove(&session) {
-                    // The same session attaches again (a resumed stream): the old stream is
-                    // replaced and its membership starts afresh.
-                    drop(old);
-                    state.room.leave(session);
-                    state.metrics.sessions.dec();
+                if let Some(link) = state.links.get_mut(&session) {
+                    // The same session attaches again while it is still a member (its gateway
+                    // re-attached, or it came back through another gateway before the old
+                    // stream's end reached us): swap the stream, keep the membership and the
+                    // entity, and start the new stream with Joined and a keyframe. The old
+                    // stream's later Detach carries the old link id and is ignored.
+                    link.tx = tx;
+                    link.link_id = link_id;
+                    link.seq = 0;
+                    link.wallet = wallet;
+                    link.timestamps = Default::default();
+                    if let (Some(entity), Some(pose)) =
+                        (state.room.entity_of(session), state.room.pose_of(session))
+                    {
+                        state.deliver(Outbound::Joined {
+                            session,
+                            entity,
+                            spawn: pose.position,
+                        });
+                        state.room.request_keyframe(session);
+                    }
+                    return Ok(());
                 }
                 state.links.insert(
                     session,
@@ -285,16 +312,21 @@ impl Actor for RoomActor {
                         seq: 0,
                         entity: None,
                         timestamps: Default::default(),
+                        link_id,
                     },
                 );
                 state.metrics.sessions.inc();
-                state.room.join(session);
+                state.room.join_with_entity(session, entity);
                 state.empty_since = None;
             }
             RoomMsg::Input { session, envelope } => state.on_envelope(session, envelope),
             RoomMsg::KeyframeNeeded { session } => state.room.request_keyframe(session),
-            RoomMsg::Detach { session } => {
-                if let Some(link) = state.links.remove(&session) {
+            RoomMsg::Detach { session, link_id } => {
+                let current = state
+                    .links
+                    .get(&session)
+                    .is_some_and(|l| l.link_id == link_id);
+                if let Some(link) = current.then(|| state.links.remove(&session)).flatten() {
                     state.metrics.sessions.dec();
                     state.room.leave(session);
                     release_presence(&state.presence, &link);
@@ -561,7 +593,17 @@ impl RoomState {
             }
             // Appended in `on_tick` before delivery; never reaches here.
             Outbound::Audit { .. } => {}
-            Outbound::Left { session, entity: _ } => {
+            Outbound::Left { session, entity } => {
+                // The link may already belong to a newer attachment of this session whose join
+                // is queued behind this leave (its old stream ended, then it re-attached): that
+                // link has not joined yet and must not be told it left.
+                if self
+                    .links
+                    .get(&session)
+                    .is_some_and(|l| l.entity.is_some_and(|e| e != entity) || l.entity.is_none())
+                {
+                    return;
+                }
                 if let Some(link) = self.links.get(&session) {
                     let _ = self.presence.send(PresenceOp::Release {
                         wallet: link.wallet.clone(),

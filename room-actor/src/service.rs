@@ -20,6 +20,9 @@ use tracing_opentelemetry::OpenTelemetrySpanExt as _;
 use crate::room::RoomMsg;
 use crate::rooms::{Rooms, RoomsError};
 
+/// Attachment ids, unique in this process.
+static NEXT_LINK: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+
 /// Longest room id accepted.
 pub const MAX_ROOM_ID_LEN: usize = 64;
 
@@ -120,10 +123,17 @@ impl RoomHostService {
             })?;
         let session = attach.session_id;
         let (tx, rx) = mpsc::channel(self.session_queue);
+        let link_id = NEXT_LINK.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         room.cast(RoomMsg::Join {
             session,
             wallet: attach.wallet,
             tx,
+            entity: if attach.resume {
+                attach.resume_entity
+            } else {
+                0
+            },
+            link_id,
         })
         .map_err(|_| Status::unavailable("room stopped; retry"))?;
         tracing::info!(room = %attach.room_id, session, resume = attach.resume, "session attached");
@@ -147,7 +157,7 @@ impl RoomHostService {
                         }
                     }
                     Ok(None) | Err(_) => {
-                        let _ = room.cast(RoomMsg::Detach { session });
+                        let _ = room.cast(RoomMsg::Detach { session, link_id });
                         break;
                     }
                 }

@@ -62,6 +62,11 @@ impl EntityIds {
         self.generations[idx] = generation;
     }
 
+    /// Whether `id` may be claimed: never handed out, or freed.
+    pub fn is_free(&self, id: u32) -> bool {
+        id != 0 && (id > self.next || self.free.contains(&id))
+    }
+
     /// The current generation of `id` (0 for an id never allocated).
     pub fn generation(&self, id: u32) -> u16 {
         self.generations.get(id as usize).copied().unwrap_or(0)

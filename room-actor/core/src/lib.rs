@@ -414,7 +414,8 @@ struct Member {
 
 #[derive(Debug)]
 enum Pending {
-    Join(SessionId),
+    /// A join, with the entity id the session asks to get back (0: any).
+    Join(SessionId, u32),
     Leave(SessionId),
 }
 
@@ -531,9 +532,20 @@ impl Room {
         self.members.get(&session).map(|m| m.entity)
     }
 
+    /// A member's authoritative pose, if the session is a member.
+    pub fn pose_of(&self, session: SessionId) -> Option<Pose> {
+        self.members.get(&session).map(|m| m.pose)
+    }
+
     /// Queue a join; applied at the next tick.
     pub fn join(&mut self, session: SessionId) {
-        self.pending.push(Pending::Join(session));
+        self.pending.push(Pending::Join(session, 0));
+    }
+
+    /// Queue a join that asks for `entity` back (a session resumed after its room's activation
+    /// ended): it gets that id if the id is free here, a fresh one otherwise.
+    pub fn join_with_entity(&mut self, session: SessionId, entity: u32) {
+        self.pending.push(Pending::Join(session, entity));
     }
 
     /// Queue a leave; applied at the next tick.
@@ -569,7 +581,7 @@ impl Room {
         } else if self
             .pending
             .iter()
-            .any(|p| matches!(p, Pending::Join(s) if *s == session))
+            .any(|p| matches!(p, Pending::Join(s, _) if *s == session))
         {
             // Joined in this same tick: keep the input for after the join.
             self.pending_inputs_for_joiner(session, input);
@@ -631,7 +643,7 @@ impl Room {
     fn apply_pending(&mut self, out: &mut Vec<Outbound>) {
         for p in std::mem::take(&mut self.pending) {
             match p {
-                Pending::Join(session) => {
+                Pending::Join(session, wanted_entity) => {
                     if self.members.contains_key(&session) {
                         out.push(Outbound::JoinRefused {
                             session,
@@ -646,7 +658,16 @@ impl Room {
                         });
                         continue;
                     }
-                    let (entity, _generation) = self.ids.allocate();
+                    let entity = if wanted_entity != 0
+                        && wanted_entity < interactions::PROP_ENTITY_BASE
+                        && self.ids.is_free(wanted_entity)
+                    {
+                        self.ids
+                            .claim(wanted_entity, self.ids.generation(wanted_entity));
+                        wanted_entity
+                    } else {
+                        self.ids.allocate().0
+                    };
                     let wanted = spawn_point(self.cfg.definition.spawn, entity);
                     let spawn = self.physics.add_avatar(entity, wanted);
                     let pose = Pose {

@@ -999,3 +999,18 @@ fn a_joiner_learns_who_holds_what() {
     assert_eq!(ev[0].to, vec![2], "only the joiner");
     assert_eq!(prop_events(&out), vec![(2, 1, 1, PropChange::Pickup)]);
 }
+
+#[test]
+fn a_resumed_session_gets_its_entity_back_when_free() {
+    let mut room = Room::new("r", RoomConfig::default());
+    room.join_with_entity(1, 7);
+    room.join_with_entity(2, 7);
+    room.join(3);
+    let mut out = Vec::new();
+    room.step(20, &mut out);
+    assert_eq!(room.entity_of(1), Some(7), "a free id is given back");
+    let e2 = room.entity_of(2).unwrap();
+    assert_ne!(e2, 7, "a taken id is not");
+    assert_ne!(room.entity_of(3), Some(7));
+    assert_ne!(room.entity_of(3), Some(e2));
+}
