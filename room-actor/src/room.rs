@@ -24,6 +24,7 @@ use ractor::{Actor, ActorProcessingErr, ActorRef};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
+use tracing::Instrument as _;
 
 use crate::EventLog;
 use crate::metrics::{NodeMetrics, ReasonLabel};
@@ -142,6 +143,8 @@ struct Link {
 /// A room actor's state.
 pub struct RoomState {
     room: Room,
+    /// The room's tracing span (room id and epoch): ticks and inputs run inside it.
+    span: tracing::Span,
     room_id: String,
     cfg: RoomActorConfig,
     metrics: NodeMetrics,
@@ -229,6 +232,7 @@ impl Actor for RoomActor {
         args.metrics.rooms.inc();
         Ok(RoomState {
             room: Room::new(args.room_id.clone(), args.cfg.room.clone()),
+            span: tracing::info_span!("room", room = %args.room_id, epoch = %args.epoch),
             room_id: args.room_id,
             cfg: args.cfg,
             metrics: args.metrics,
@@ -319,7 +323,10 @@ impl Actor for RoomActor {
                 state.room.join_with_entity(session, entity);
                 state.empty_since = None;
             }
-            RoomMsg::Input { session, envelope } => state.on_envelope(session, envelope),
+            RoomMsg::Input { session, envelope } => {
+                let span = state.span.clone();
+                span.in_scope(|| state.on_envelope(session, envelope));
+            }
             RoomMsg::KeyframeNeeded { session } => state.room.request_keyframe(session),
             RoomMsg::Detach { session, link_id } => {
                 let current = state
@@ -333,7 +340,8 @@ impl Actor for RoomActor {
                 }
             }
             RoomMsg::Tick => {
-                state.on_tick().await?;
+                let span = state.span.clone();
+                state.on_tick().instrument(span).await?;
                 if state.room.is_empty() && state.links.is_empty() {
                     let since = *state.empty_since.get_or_insert_with(Instant::now);
                     if since.elapsed() >= state.cfg.empty_grace {
