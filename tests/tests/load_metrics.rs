@@ -33,8 +33,21 @@ async fn metrics_carry_the_traffic_of_a_load_run() {
     bad.pump_for(Duration::from_millis(300)).await.unwrap();
     assert!(!bad.corrections.is_empty(), "the NaN move was corrected");
 
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    let mid = scrape_metrics(admin).await.unwrap();
+    // Scrape mid-run, once every bot is attached and frames flow (bounded wait).
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let mid = loop {
+        let body = scrape_metrics(admin).await.unwrap();
+        if value(&body, "plaza_node_sessions ") >= 40.0
+            && value(&body, "plaza_gateway_frames_sent_total") > 0.0
+        {
+            break body;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the run never got going:\n{body}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
     let report = run.await.unwrap().unwrap();
     assert_eq!(report.bots_connected, 40);
     assert_eq!(report.decode_errors, 0);
