@@ -147,7 +147,12 @@ struct Interact {
     emoting: bool,
     /// Consent ids this bot requested and that became active (to release later).
     active: Vec<u64>,
+    /// Whether the bot joined the room's lockstep scene.
+    in_scene: bool,
 }
+
+/// The lockstep scene interactors share (seed 001).
+const SCENE_ID: &str = "bots";
 
 /// One bot's state.
 pub(crate) struct Bot {
@@ -885,6 +890,25 @@ impl Bot {
                 return self.send(ws, CBody::Consent(c)).await;
             }
         }
+        if roll < 0.92 {
+            // Lockstep scene actions: join the scene once, then submit small input actions.
+            let body = if self.interact.in_scene {
+                let payload: [u8; 8] = self.rng.random();
+                CBody::SceneAction(pb::SceneAction {
+                    scene_id: SCENE_ID.into(),
+                    payload: payload.to_vec().into(),
+                })
+            } else {
+                self.interact.in_scene = true;
+                CBody::SceneControl(pb::SceneControl {
+                    scene_id: SCENE_ID.into(),
+                    op: pb::SceneControlOp::Join as i32,
+                    ..Default::default()
+                })
+            };
+            Counters::add(&counters.interactions_sent, 1);
+            return self.send(ws, body).await;
+        }
         Counters::add(&counters.emotes_sent, 1);
         self.interact.emoting = !self.interact.emoting;
         let e = Emote {
@@ -953,6 +977,29 @@ impl Bot {
                     Some(ConsentReaction::ReleaseLater) => self.interact.active.push(c.consent_id),
                     None => {}
                 }
+            }
+            // A late joiner got the scene's state and the ticks since: it has run them.
+            EventKind::SceneSync(s) if self.spec.mix.kind == BotKind::Interactor => {
+                let c = pb::SceneControl {
+                    scene_id: s.scene_id,
+                    op: pb::SceneControlOp::CaughtUp as i32,
+                    ..Default::default()
+                };
+                self.send(ws, CBody::SceneControl(c)).await?;
+            }
+            // The room asks the scene's master for its game state (bots keep none: an empty
+            // state at the asked tick).
+            EventKind::SceneClient(e)
+                if self.spec.mix.kind == BotKind::Interactor
+                    && e.kind == pb::SceneClientEventKind::StateRequested as i32 =>
+            {
+                let c = pb::SceneControl {
+                    scene_id: e.scene_id,
+                    op: pb::SceneControlOp::State as i32,
+                    tick: e.tick,
+                    game_state: Default::default(),
+                };
+                self.send(ws, CBody::SceneControl(c)).await?;
             }
             _ => {}
         }
