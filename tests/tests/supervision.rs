@@ -79,3 +79,33 @@ fn futures_now<F: Future<Output = anyhow::Result<String>>>(f: F) -> String {
     tokio::task::block_in_place(|| tokio::runtime::Handle::current().block_on(f))
         .unwrap_or_default()
 }
+
+/// A room is created on first join and stops after it has been empty for its grace period.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_empty_room_stops_after_its_grace_period() {
+    let mut cfg = test_config();
+    cfg.room.empty_grace_ms = 300;
+    let plaza = start_plaza(&cfg).await;
+    let rooms = plaza.node().unwrap().rooms().clone();
+    assert!(rooms.list().await.is_empty());
+    let mut c = Client::connect(&ws_url(&plaza)).await.unwrap();
+    c.join("brief").await.unwrap();
+    assert_eq!(rooms.list().await, vec!["brief".to_owned()]);
+    c.send(plaza_proto::pb::client_envelope::Body::Leave(
+        plaza_proto::pb::Leave {},
+    ))
+    .await
+    .unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    while !rooms.list().await.is_empty() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the empty room never stopped"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Joining again creates it afresh.
+    c.join("brief").await.unwrap();
+    assert_eq!(rooms.list().await, vec!["brief".to_owned()]);
+    plaza.shutdown().await;
+}
