@@ -232,7 +232,9 @@ impl Actor for RoomActor {
         args.metrics.rooms.inc();
         Ok(RoomState {
             room: Room::new(args.room_id.clone(), args.cfg.room.clone()),
-            span: tracing::info_span!("room", room = %args.room_id, epoch = %args.epoch),
+            // A root span: a long-lived child would keep the span that spawned the room (a
+            // join's attach span) open, and its trace would never be exported.
+            span: tracing::info_span!(parent: None, "room", room = %args.room_id, epoch = %args.epoch),
             room_id: args.room_id,
             cfg: args.cfg,
             metrics: args.metrics,
