@@ -13,6 +13,7 @@ use futures_util::stream::{SplitSink, SplitStream};
 use futures_util::{SinkExt as _, StreamExt as _};
 use plaza_proto::node::{self, NodeInbound, NodeOutbound, node_inbound, node_outbound};
 use plaza_proto::pb::{self, client_envelope, server_envelope};
+use plaza_proto::room_id::valid_room_id;
 use plaza_proto::version;
 use prost::Message as _;
 use tokio::sync::mpsc;
@@ -681,15 +682,6 @@ fn is_capacity_error(e: &axum::Error) -> bool {
         src = s.source();
     }
     false
-}
-
-/// Validates a room id: 1..=64 characters of `[A-Za-z0-9._-]`.
-pub fn valid_room_id(id: &str) -> bool {
-    !id.is_empty()
-        && id.len() <= 64
-        && id
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
 }
 
 fn new_session_id() -> u64 {

@@ -37,4 +37,5 @@ pub mod bits;
 pub mod compressed;
 pub mod frame;
 pub mod quant;
+pub mod room_id;
 pub mod version;

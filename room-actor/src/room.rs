@@ -28,6 +28,7 @@ use tracing::Instrument as _;
 
 use crate::EventLog;
 use crate::metrics::{NodeMetrics, ReasonLabel};
+use crate::wire::vec3;
 
 /// How a room actor runs (the simulation parameters live in [`plaza_room_core::RoomConfig`]).
 #[derive(Clone, Debug)]
@@ -917,14 +918,6 @@ pub fn pose_from_movement(m: &pb::Movement) -> Pose {
         anim_flags: (m.anim_flags & 0xffff) as u16,
         head,
         point_at: m.is_pointing_at.then(|| v(&m.point_at)),
-    }
-}
-
-fn vec3(p: [f32; 3]) -> pb::Vec3 {
-    pb::Vec3 {
-        x: p[0],
-        y: p[1],
-        z: p[2],
     }
 }
 

@@ -17,23 +17,13 @@ use tonic::{Request, Response, Status, Streaming};
 use tracing::Instrument as _;
 use tracing_opentelemetry::OpenTelemetrySpanExt as _;
 
+pub use plaza_proto::room_id::{MAX_ROOM_ID_LEN, valid_room_id};
+
 use crate::room::RoomMsg;
 use crate::rooms::{Rooms, RoomsError};
 
 /// Attachment ids, unique in this process.
 static NEXT_LINK: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
-
-/// Longest room id accepted.
-pub const MAX_ROOM_ID_LEN: usize = 64;
-
-/// Validates a room id: 1..=64 characters of `[A-Za-z0-9._-]`.
-pub fn valid_room_id(id: &str) -> bool {
-    !id.is_empty()
-        && id.len() <= MAX_ROOM_ID_LEN
-        && id
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
-}
 
 /// The `RoomHost` implementation.
 #[derive(Clone, Debug)]
@@ -165,20 +155,5 @@ impl RoomHostService {
         });
         let out = ReceiverStream::new(rx).map(Ok::<_, Status>);
         Ok(Response::new(Box::pin(out)))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn room_ids_are_validated() {
-        assert!(valid_room_id("load-0"));
-        assert!(valid_room_id("a.b_c-9"));
-        assert!(!valid_room_id(""));
-        assert!(!valid_room_id("has space"));
-        assert!(!valid_room_id(&"x".repeat(65)));
-        assert!(!valid_room_id("ünïcode"));
     }
 }

@@ -244,7 +244,8 @@ pub(crate) fn event(e: &RoomEvent) -> pb::Event {
     }
 }
 
-fn vec3(p: [f32; 3]) -> pb::Vec3 {
+/// A wire vector.
+pub(crate) fn vec3(p: [f32; 3]) -> pb::Vec3 {
     pb::Vec3 {
         x: p[0],
         y: p[1],
