@@ -10,13 +10,14 @@
 //! (a prop's rotation restarts upright), and wallets (the core knows sessions only; the shell
 //! keeps the session-to-wallet map beside the snapshot). Serializing it is the caller's job.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use plaza_proto::frame::{EncoderConfig, FrameEncoder};
 use plaza_proto::quant::Pose;
 
 use crate::consent::Consent;
 use crate::emotes::EmoteSlot;
+use crate::interactions::PROP_ENTITY_BASE;
 use crate::interactions::PropSlot;
 use crate::scene::Scene;
 use crate::{Member, Room, SessionId};
@@ -137,7 +138,15 @@ impl Room {
     /// members and their avatars come back under the same entity ids, held props in their
     /// holders' hands, loose props where they were, counters where they stopped. Queued joins,
     /// leaves and inputs are discarded; every member gets a keyframe next.
-    pub fn restore(&mut self, snap: RoomSnapshot) {
+    ///
+    /// The snapshot may come from another node through the directory, so it is not trusted:
+    /// members beyond `max_members`, with a duplicate session or entity, or with an entity id
+    /// outside the avatar range are dropped; a non-finite pose puts the avatar at its spawn
+    /// point; consents, emote schedules and scene clients of parties that are not restored
+    /// members are dropped. Returns how many entries were dropped (0 for a snapshot this room
+    /// type took itself).
+    pub fn restore(&mut self, snap: RoomSnapshot) -> usize {
+        let mut dropped = 0;
         for (_, m) in std::mem::take(&mut self.members) {
             self.physics.remove_avatar(m.entity);
             self.ids.free(m.entity);
@@ -150,10 +159,26 @@ impl Room {
         self.broadcast_acc = snap.broadcast_acc;
         self.room_seq = snap.room_seq;
         self.audit_seq = snap.audit_seq;
+        let mut entities = BTreeSet::new();
         for ms in snap.members {
+            if self.members.len() as u32 >= self.cfg.max_members
+                || ms.entity == 0
+                || ms.entity >= PROP_ENTITY_BASE
+                || self.members.contains_key(&ms.session)
+                || !entities.insert(ms.entity)
+            {
+                dropped += 1;
+                continue;
+            }
             self.ids.claim(ms.entity, ms.generation);
-            let at = self.physics.add_avatar(ms.entity, ms.pose.position);
             let mut pose = ms.pose;
+            if !pose_is_finite(&pose) {
+                pose = Pose {
+                    position: crate::spawn_point(self.cfg.definition.spawn, ms.entity),
+                    ..Pose::default()
+                };
+            }
+            let at = self.physics.add_avatar(ms.entity, pose.position);
             pose.position = at;
             let encoder = FrameEncoder::new(EncoderConfig {
                 budget_bytes_per_s: self.cfg.budget_bytes_per_s,
@@ -196,8 +221,59 @@ impl Room {
             );
         }
         self.props.restore(slots);
-        self.consents.restore(snap.consent_last_id, snap.consents);
-        self.emotes.restore(snap.emotes, snap.emotes_stale);
-        self.scenes.restore(snap.scenes);
+        let is_member = |p: &crate::consent::Party, members: &BTreeMap<SessionId, Member>| {
+            members
+                .get(&p.session)
+                .is_some_and(|m| m.entity == p.entity)
+        };
+        // Ids are never reused, even one of a dropped consent or beyond a lagging counter.
+        let last_id = snap
+            .consents
+            .iter()
+            .map(|c| c.id)
+            .fold(snap.consent_last_id, u64::max);
+        let n = snap.consents.len();
+        let consents: Vec<Consent> = snap
+            .consents
+            .into_iter()
+            .filter(|c| {
+                c.requester.session != c.target.session
+                    && is_member(&c.requester, &self.members)
+                    && is_member(&c.target, &self.members)
+            })
+            .collect();
+        dropped += n - consents.len();
+        self.consents.restore(last_id, consents);
+        let n = snap.emotes.len();
+        let emotes: BTreeMap<SessionId, EmoteSlot> = snap
+            .emotes
+            .into_iter()
+            .filter(|(s, _)| self.members.contains_key(s))
+            .collect();
+        dropped += n - emotes.len();
+        self.emotes.restore(emotes, snap.emotes_stale);
+        let mut scenes = snap.scenes;
+        for scene in scenes.values_mut() {
+            let n = scene.clients.len();
+            scene
+                .clients
+                .retain(|s, (e, _)| self.members.get(s).is_some_and(|m| m.entity == *e));
+            dropped += n - scene.clients.len();
+            let clients = &scene.clients;
+            scene.catching_up.retain(|s| clients.contains_key(s));
+        }
+        scenes.retain(|_, scene| !scene.clients.is_empty());
+        self.scenes.restore(scenes);
+        dropped
     }
+}
+
+fn pose_is_finite(p: &Pose) -> bool {
+    let head = p.head.map_or(true, |h| h.iter().all(|v| v.is_finite()));
+    let point = p.point_at.map_or(true, |v| v.iter().all(|x| x.is_finite()));
+    p.position.iter().all(|v| v.is_finite())
+        && p.velocity.iter().all(|v| v.is_finite())
+        && p.yaw_deg.is_finite()
+        && head
+        && point
 }

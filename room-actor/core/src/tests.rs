@@ -823,6 +823,66 @@ fn snapshot_restore_round_trip() {
 }
 
 #[test]
+fn restore_drops_what_does_not_fit_together() {
+    let (mut room, mut now) = room_with(3, near_props_config());
+    let (e1, e2) = (room.entity_of(1).unwrap(), room.entity_of(2).unwrap());
+    room.input(1, interact(1, InteractionKind::Pickup, 1));
+    room.input(1, consent(2, ConsentOp::Request, "hand_hold", e2, 0));
+    step(&mut room, &mut now);
+    let good = room.snapshot();
+    assert_eq!(
+        Room::new("r", near_props_config()).restore(good.clone()),
+        0,
+        "a room's own snapshot restores whole"
+    );
+
+    let mut bad = good.clone();
+    // A duplicate entity, entity 0, a prop-range entity and a duplicate session.
+    let mut dup = bad.members[1].clone();
+    dup.session = 40;
+    bad.members.push(dup);
+    let mut zero = bad.members[0].clone();
+    zero.session = 41;
+    zero.entity = 0;
+    bad.members.push(zero);
+    let mut prop = bad.members[0].clone();
+    prop.session = 42;
+    prop.entity = interactions::PROP_ENTITY_BASE + 3;
+    bad.members.push(prop);
+    bad.members.push(bad.members[2].clone());
+    // A non-finite pose goes back to the spawn point.
+    bad.members[2].pose.position = [f32::NAN, 0.0, 1.0];
+    // A consent whose target is gone; an emote and a scene client of a stranger.
+    let mut stray = bad.consents[0];
+    stray.id = 99;
+    stray.target.session = 77;
+    bad.consents.push(stray);
+    bad.emotes.insert(77, Default::default());
+    bad.scenes.insert(
+        "ghost".into(),
+        crate::scene::Scene {
+            clients: [(77, (5, SceneClientState::Normal))].into(),
+            ..Default::default()
+        },
+    );
+    let mut restored = Room::new("r", near_props_config());
+    assert_eq!(restored.restore(bad), 7);
+    let snap = restored.snapshot();
+    assert_eq!(
+        snap.members.iter().map(|m| m.session).collect::<Vec<_>>(),
+        vec![1, 2, 3]
+    );
+    let p3 = restored.pose_of(3).unwrap().position;
+    assert!(p3.iter().all(|v| v.is_finite()), "{p3:?}");
+    assert_eq!(snap.consents.len(), 1);
+    assert_eq!(snap.consents[0].target.entity, e2);
+    // The stray consent's id is never handed out again.
+    assert_eq!(snap.consent_last_id, 99);
+    assert!(snap.emotes.is_empty() && snap.scenes.is_empty());
+    assert_eq!(snap.props[0].holder, Some((1, e1)));
+}
+
+#[test]
 fn same_inputs_give_the_same_outputs_with_every_kind_of_input() {
     fn run() -> Vec<Outbound> {
         let mut room = Room::new("r", near_props_config());
