@@ -5,12 +5,15 @@
 //! * [`room`]: the room actor (mailbox, fixed-timestep ticker, delivery, directory writes).
 //! * [`rooms`]: the room supervisor (spawn on first attach, forget on stop or failure).
 //! * [`service`]: the `RoomHost` gRPC service.
+//! * [`handoff`]: the drain handoff snapshot (members, wallets and the room core's state) and
+//!   its checked decoding.
 //! * [`metrics`]: the node's Prometheus metrics.
 //! * this module: [`Node`], which binds the gRPC listener, registers in the directory and
 //!   heartbeats, drains (hands rooms off to other nodes) and shuts everything down in order;
 //!   [`EventLog`], the optional log of room activations and directory commits that cluster tests
 //!   check for single activation.
 
+pub mod handoff;
 pub mod metrics;
 pub mod room;
 pub mod rooms;
@@ -116,6 +119,7 @@ pub struct Node {
     info: NodeInfo,
     heartbeat_ttl_ms: u64,
     metrics: NodeMetrics,
+    host: RoomHostService,
 }
 
 impl Node {
@@ -164,6 +168,7 @@ impl Node {
             metrics.clone(),
             draining.clone(),
         );
+        let svc_grpc = svc.clone();
         let (shutdown, mut rx) = watch::channel(false);
         // TCP_NODELAY: tonic leaves Nagle on for a listener we bind ourselves (STACK.md G3).
         let incoming =
@@ -175,7 +180,7 @@ impl Node {
                 .max_concurrent_streams(Some(100_000))
                 .initial_stream_window_size(Some(256 * 1024))
                 .initial_connection_window_size(Some(16 * 1024 * 1024))
-                .add_service(RoomHostServer::new(svc))
+                .add_service(RoomHostServer::new(svc_grpc))
                 .serve_with_incoming_shutdown(incoming, async move {
                     let _ = rx.wait_for(|s| *s).await;
                 })
@@ -227,6 +232,7 @@ impl Node {
             info,
             heartbeat_ttl_ms: ttl_ms,
             metrics,
+            host: svc,
         })
     }
 
@@ -238,6 +244,12 @@ impl Node {
     /// This node's id as registered (with its boot suffix when `unique_id` is set).
     pub fn node_id(&self) -> &str {
         &self.node_id
+    }
+
+    /// The `RoomHost` service, for a gateway in this process to attach through
+    /// ([`RoomHostService::attach_local`]) instead of over gRPC.
+    pub fn host(&self) -> &RoomHostService {
+        &self.host
     }
 
     /// The room supervisor.

@@ -56,13 +56,17 @@ pub struct NodeMetrics {
 }
 
 /// Placement and lifecycle events, pre-created so dashboards see zero series.
-pub const PLACEMENT_EVENTS: [&str; 6] = [
+pub const PLACEMENT_EVENTS: [&str; 10] = [
     "activated",
     "stopped",
     "stopped_empty",
     "failed",
     "claim_refused",
     "lease_lost",
+    "handed_off",
+    "handoff_taken",
+    "handoff_unusable",
+    "handoff_member_expired",
 ];
 
 /// Directory error codes, pre-created.

@@ -20,7 +20,7 @@ use plaza_proto::pb::{self, server_envelope};
 use plaza_proto::quant::Pose;
 use plaza_room_core::{JoinRefusal, Outbound, RejectReason, Room, SessionId};
 use prost::Message as _;
-use ractor::{Actor, ActorProcessingErr, ActorRef};
+use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -92,6 +92,11 @@ pub enum RoomMsg {
     },
     /// The ticker's wake-up.
     Tick,
+    /// Drain: run one last step (queued joins and inputs are applied and acknowledged), reply
+    /// with the encoded `plaza.node.v1.HandoffSnapshot` (members with wallets and the room
+    /// core's whole state), and from then on change nothing: later joins, inputs and ticks are
+    /// ignored until the supervisor, having stored the snapshot, stops the room.
+    Handoff(RpcReplyPort<Vec<u8>>),
     /// Test hook: the room panics in its handler.
     #[cfg(feature = "test-util")]
     Panic,
@@ -119,8 +124,18 @@ pub struct RoomArgs {
     /// Where activations and directory commits are logged (may be disabled).
     pub events: EventLog,
     /// The handoff snapshot the previous activation left (a drain), if any: an encoded
-    /// `plaza.node.v1.HandoffSnapshot`, for the room to restore.
+    /// `plaza.node.v1.HandoffSnapshot`. The room restores the core state it carries; each
+    /// handed-off member waits for its session to re-attach (for `presence_ttl`) and leaves if
+    /// it does not.
     pub handoff: Option<Vec<u8>>,
+}
+
+/// A handed-off member whose session has not re-attached to this activation yet.
+#[derive(Debug)]
+struct Awaited {
+    wallet: String,
+    entity: u32,
+    deadline: Instant,
 }
 
 /// The room actor (behaviour only; state is [`RoomState`]).
@@ -165,6 +180,13 @@ pub struct RoomState {
     /// an epoch whose lease is not live).
     directory: SharedDirectory,
     activation: Arc<Activation>,
+    /// Handed-off members restored from the previous activation, by session, until they
+    /// re-attach or their grace runs out.
+    awaited: HashMap<SessionId, Awaited>,
+    /// Room time the restored state stopped at, ms (0 for a fresh room): steps continue from it.
+    time_base_ms: u64,
+    /// The handoff snapshot was taken: nothing changes any more.
+    frozen: bool,
 }
 
 /// What an outbound envelope is, for backpressure.
@@ -231,8 +253,13 @@ impl Actor for RoomActor {
             events: args.events.clone(),
         });
         args.metrics.rooms.inc();
+        let mut room = Room::new(args.room_id.clone(), args.cfg.room.clone());
+        let (awaited, time_base_ms) = match &args.handoff {
+            Some(bytes) => restore_handoff(&mut room, &args, bytes),
+            None => (HashMap::new(), 0),
+        };
         Ok(RoomState {
-            room: Room::new(args.room_id.clone(), args.cfg.room.clone()),
+            room,
             // A root span: a long-lived child would keep the span that spawned the room (a
             // join's attach span) open, and its trace would never be exported.
             span: tracing::info_span!(parent: None, "room", room = %args.room_id, epoch = %args.epoch),
@@ -244,7 +271,7 @@ impl Actor for RoomActor {
             started,
             steps_done: 0,
             broadcasts_done: 0,
-            empty_since: Some(Instant::now()),
+            empty_since: awaited.is_empty().then(Instant::now),
             out: Vec::new(),
             exported: Default::default(),
             presence,
@@ -252,6 +279,9 @@ impl Actor for RoomActor {
             epoch: args.epoch,
             directory: args.directory,
             activation: args.activation,
+            awaited,
+            time_base_ms,
+            frozen: false,
         })
     }
 
@@ -281,6 +311,10 @@ impl Actor for RoomActor {
         state: &mut RoomState,
     ) -> Result<(), ActorProcessingErr> {
         match msg {
+            RoomMsg::Join { .. } | RoomMsg::Input { .. } | RoomMsg::Tick if state.frozen => {
+                // Handed off: the stream of a joiner ends with the room; the gateway resumes it
+                // on the room's next activation.
+            }
             RoomMsg::Join {
                 session,
                 wallet,
@@ -310,6 +344,18 @@ impl Actor for RoomActor {
                         state.room.request_keyframe(session);
                     }
                     return Ok(());
+                }
+                if let Some(awaited) = state.awaited.remove(&session) {
+                    if awaited.wallet == wallet
+                        && state.room.entity_of(session) == Some(awaited.entity)
+                    {
+                        // A handed-off member is back: its avatar, held props and consents are
+                        // where the previous activation left them.
+                        state.relink(session, wallet, tx, link_id);
+                        return Ok(());
+                    }
+                    tracing::warn!(room = %state.room_id, session, "a handed-off session came back under another wallet; it joins afresh");
+                    state.room.leave(session);
                 }
                 state.links.insert(
                     session,
@@ -356,6 +402,14 @@ impl Actor for RoomActor {
                     state.empty_since = None;
                 }
             }
+            RoomMsg::Handoff(reply) => {
+                if !state.frozen {
+                    let span = state.span.clone();
+                    state.step_now().instrument(span).await?;
+                    state.frozen = true;
+                }
+                let _ = reply.send(state.handoff_bytes());
+            }
             #[cfg(feature = "test-util")]
             RoomMsg::Panic => panic!("test hook: room {} panics", state.room_id),
         }
@@ -397,6 +451,98 @@ impl RoomState {
     ///
     /// Performance: runs every tick.
     async fn on_tick(&mut self) -> Result<(), ActorProcessingErr> {
+        self.expire_awaited();
+        self.run_due(false).await
+    }
+
+    /// Runs one step now even if none is due (a drain's last step).
+    async fn step_now(&mut self) -> Result<(), ActorProcessingErr> {
+        self.run_due(true).await
+    }
+
+    /// Handed-off members whose sessions did not come back in time leave.
+    fn expire_awaited(&mut self) {
+        if self.awaited.is_empty() {
+            return;
+        }
+        let now = Instant::now();
+        let gone: Vec<SessionId> = self
+            .awaited
+            .iter()
+            .filter(|(_, a)| a.deadline <= now)
+            .map(|(s, _)| *s)
+            .collect();
+        for session in gone {
+            self.awaited.remove(&session);
+            tracing::info!(room = %self.room_id, session, "handed-off session did not re-attach; it leaves");
+            self.metrics.placement("handoff_member_expired");
+            self.room.leave(session);
+        }
+    }
+
+    /// A handed-off member's session re-attached: link it to its restored avatar, acknowledge
+    /// it (presence is registered under this activation) and send it a keyframe.
+    fn relink(
+        &mut self,
+        session: SessionId,
+        wallet: String,
+        tx: mpsc::Sender<NodeOutbound>,
+        link_id: u64,
+    ) {
+        self.links.insert(
+            session,
+            Link {
+                wallet,
+                tx,
+                seq: 0,
+                entity: None,
+                timestamps: Default::default(),
+                link_id,
+            },
+        );
+        self.metrics.sessions.inc();
+        self.empty_since = None;
+        if let (Some(entity), Some(pose)) =
+            (self.room.entity_of(session), self.room.pose_of(session))
+        {
+            self.deliver(Outbound::Joined {
+                session,
+                entity,
+                spawn: pose.position,
+            });
+            self.room.request_keyframe(session);
+        }
+    }
+
+    /// The encoded handoff snapshot: every member with its wallet (attached, or handed off to
+    /// this activation and not back yet) and the room core's state.
+    fn handoff_bytes(&self) -> Vec<u8> {
+        let mut members: Vec<crate::handoff::HandedOffMember> = self
+            .links
+            .iter()
+            .filter_map(|(session, l)| {
+                Some(crate::handoff::HandedOffMember {
+                    wallet: l.wallet.clone(),
+                    session: *session,
+                    entity: l.entity?,
+                })
+            })
+            .chain(
+                self.awaited
+                    .iter()
+                    .map(|(session, a)| crate::handoff::HandedOffMember {
+                        wallet: a.wallet.clone(),
+                        session: *session,
+                        entity: a.entity,
+                    }),
+            )
+            .collect();
+        members.sort_by_key(|m| m.session);
+        crate::handoff::encode(&self.room_id, &members, Some(&self.room.snapshot()))
+    }
+
+    /// Runs the steps and the broadcast wall time says are due (at least one step if `force`).
+    async fn run_due(&mut self, force: bool) -> Result<(), ActorProcessingErr> {
         let t0 = std::time::Instant::now();
         let elapsed_ms = self.started.elapsed().as_secs_f64() * 1000.0;
         let step_ms = 1000.0 / f64::from(self.cfg.room.tick_hz.max(1));
@@ -409,14 +555,17 @@ impl RoomState {
             self.steps_done += n - cap;
             n = cap;
         }
+        if force && n == 0 {
+            n = 1;
+        }
         let mut out = std::mem::take(&mut self.out);
         for _ in 0..n {
             self.steps_done += 1;
-            let now_ms = (self.steps_done as f64 * step_ms) as u64;
+            let now_ms = self.time_base_ms + (self.steps_done as f64 * step_ms) as u64;
             self.room.simulate(now_ms, &mut out);
         }
         let due_bcast = (elapsed_ms / bcast_ms) as u64;
-        let broadcast = due_bcast > self.broadcasts_done;
+        let broadcast = !force && due_bcast > self.broadcasts_done;
         if broadcast {
             // Missed broadcasts are not replayed: one frame of the latest state replaces them.
             self.broadcasts_done = due_bcast;
@@ -940,4 +1089,53 @@ pub fn unix_ms() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// Restores the room from a handoff snapshot; returns the handed-off members to wait for and
+/// the room time to continue from. A snapshot that does not decode is logged and skipped: the
+/// room starts fresh and resumed sessions join with the entity their gateway remembers.
+fn restore_handoff(
+    room: &mut Room,
+    args: &RoomArgs,
+    bytes: &[u8],
+) -> (HashMap<SessionId, Awaited>, u64) {
+    let h = match crate::handoff::decode(&args.room_id, bytes) {
+        Ok(h) => h,
+        Err(e) => {
+            tracing::warn!(room = %args.room_id, error = %e, "handoff snapshot not usable; the room starts fresh");
+            args.metrics.placement("handoff_unusable");
+            return (HashMap::new(), 0);
+        }
+    };
+    let Some(snap) = h.room else {
+        return (HashMap::new(), 0);
+    };
+    let now_ms = snap.now_ms;
+    let sessions: Vec<SessionId> = snap.members.iter().map(|m| m.session).collect();
+    let dropped = room.restore(snap);
+    if dropped > 0 {
+        tracing::warn!(room = %args.room_id, dropped, "handoff snapshot had inconsistent entries; they were dropped");
+    }
+    let deadline = Instant::now() + args.cfg.presence_ttl;
+    let mut awaited = HashMap::new();
+    for m in h.members {
+        if m.session != 0 && room.entity_of(m.session) == Some(m.entity) {
+            awaited.insert(
+                m.session,
+                Awaited {
+                    wallet: m.wallet,
+                    entity: m.entity,
+                    deadline,
+                },
+            );
+        }
+    }
+    // A restored member nobody can vouch for (no wallet) leaves at the first step.
+    for session in sessions {
+        if room.entity_of(session).is_some() && !awaited.contains_key(&session) {
+            room.leave(session);
+        }
+    }
+    tracing::info!(room = %args.room_id, members = awaited.len(), "room state restored from the handoff snapshot");
+    (awaited, now_ms)
 }

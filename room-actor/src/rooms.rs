@@ -18,13 +18,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use plaza_directory::{DirectoryError, RoomLease, SharedDirectory};
-use plaza_proto::node::{HandoffMember, HandoffSnapshot};
+use plaza_proto::node::HandoffSnapshot;
 use prost::Message as _;
 use ractor::{
     Actor, ActorCell, ActorId, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent,
 };
 
 use crate::EventLog;
+use crate::handoff::{self, HandedOffMember};
 use crate::metrics::NodeMetrics;
 use crate::room::{Activation, RoomActor, RoomActorConfig, RoomArgs, RoomMsg};
 
@@ -285,44 +286,48 @@ impl RoomsState {
     }
 
     /// Hands every room off and stops it; returns how many rooms were handed off.
+    ///
+    /// Each room takes its own snapshot (members with wallets, held props, consents, emotes,
+    /// scenes) after a last step and freezes; the snapshot is stored in the directory under the
+    /// room's epoch while its lease is still held, then the room stops. A room that cannot
+    /// answer in time is handed off with members and entities only.
     async fn drain(&mut self) -> usize {
         let mut n = 0;
         let mut ids: Vec<&String> = self.rooms.keys().collect();
         ids.sort();
         for room in ids {
             let live = &self.rooms[room];
-            let members = live.activation.members();
-            let snap = HandoffSnapshot {
-                room_id: room.clone(),
-                members: members
-                    .iter()
-                    .map(|(wallet, entity)| HandoffMember {
-                        wallet: wallet.clone(),
-                        entity: *entity,
-                    })
-                    .collect(),
-                room_state: Default::default(),
+            let bytes = match ractor::call_t!(live.actor, RoomMsg::Handoff, 2_000) {
+                Ok(bytes) => bytes,
+                Err(e) => {
+                    tracing::warn!(room, error = %e, "room did not give its state; handing off members only");
+                    let members: Vec<_> = live
+                        .activation
+                        .members()
+                        .into_iter()
+                        .map(|(wallet, entity)| HandedOffMember {
+                            wallet,
+                            session: 0,
+                            entity,
+                        })
+                        .collect();
+                    handoff::encode(room, &members, None)
+                }
             };
+            let members = HandoffSnapshot::decode(bytes.as_slice()).map_or(0, |s| s.members.len());
             let epoch = live.activation.epoch();
-            match self
-                .args
-                .directory
-                .put_handoff(room, epoch, snap.encode_to_vec())
-                .await
-            {
+            match self.args.directory.put_handoff(room, epoch, bytes).await {
                 Ok(()) => {
                     n += 1;
                     self.args.metrics.placement("handed_off");
-                    self.args
-                        .events
-                        .handoff(room, epoch, "put", snap.members.len());
+                    self.args.events.handoff(room, epoch, "put", members);
                 }
                 Err(e) => {
                     tracing::warn!(room, error = %e, "handoff snapshot not stored");
                     self.args.metrics.directory_error(e.code());
                 }
             }
-            tracing::info!(room, members = members.len(), "draining: room stops");
+            tracing::info!(room, members, "draining: room stops");
             live.actor.stop(Some("draining".into()));
         }
         n

@@ -269,8 +269,8 @@ impl Room {
 }
 
 fn pose_is_finite(p: &Pose) -> bool {
-    let head = p.head.map_or(true, |h| h.iter().all(|v| v.is_finite()));
-    let point = p.point_at.map_or(true, |v| v.iter().all(|x| x.is_finite()));
+    let head = p.head.is_none_or(|h| h.iter().all(|v| v.is_finite()));
+    let point = p.point_at.is_none_or(|v| v.iter().all(|x| x.is_finite()));
     p.position.iter().all(|v| v.is_finite())
         && p.velocity.iter().all(|v| v.is_finite())
         && p.yaw_deg.is_finite()

@@ -1,0 +1,612 @@
+//! The handoff snapshot a draining node leaves in the directory for a room's next activation
+//! (`plaza.node.v1.HandoffSnapshot`), and its mapping to and from the room core's
+//! [`RoomSnapshot`].
+//!
+//! The snapshot pairs each member's session with its wallet (the core knows sessions only) and
+//! carries the room core's whole state in `room_state` (a `plaza.node.v1.RoomState`): poses,
+//! held props, open consents, emote schedules, lockstep scenes, and the counters that keep event
+//! and audit sequences gap-free. Session ids are gateway-issued and survive a resume, so a
+//! session that re-attaches to the next activation finds its avatar, its prop and its consents
+//! where it left them.
+//!
+//! The bytes come back from the directory, so decoding trusts nothing: an unknown layout, an
+//! unknown enum name, a non-finite number or a snapshot of another room is a typed
+//! [`HandoffError`]; [`plaza_room_core::Room::restore`] then drops entries that do not fit
+//! together.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+
+use plaza_proto::node::{self as pbn, HandoffMember, HandoffSnapshot};
+use plaza_proto::quant::Pose;
+use plaza_room_core::SessionId;
+use plaza_room_core::consent::{Consent, ConsentKind, ConsentState, Party};
+use plaza_room_core::emotes::EmoteSlot;
+use plaza_room_core::scene::{Scene, SceneClientState};
+use plaza_room_core::snapshot::{MemberSnapshot, PropSnapshot, RoomSnapshot};
+use prost::Message as _;
+
+/// The `RoomState` layout this node writes and reads.
+pub const LAYOUT: u32 = 1;
+
+/// Why a handoff snapshot was not usable.
+#[derive(Debug, thiserror::Error)]
+pub enum HandoffError {
+    /// The bytes are not a `HandoffSnapshot` (or its `room_state` not a `RoomState`).
+    #[error("handoff snapshot does not decode: {0}")]
+    Decode(#[from] prost::DecodeError),
+    /// A `RoomState` layout this node does not know.
+    #[error("room state layout {0} is not known (this node reads layout {LAYOUT})")]
+    Layout(u32),
+    /// The snapshot names another room.
+    #[error("handoff snapshot is for room {found:?}, not {expected:?}")]
+    WrongRoom {
+        /// The room being activated.
+        expected: String,
+        /// The room the snapshot names.
+        found: String,
+    },
+    /// A field holds a value no node writes.
+    #[error("room state: {0}")]
+    Invalid(String),
+}
+
+/// One member of a handed-off room.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HandedOffMember {
+    /// Identity.
+    pub wallet: String,
+    /// Gateway-issued session id (0 when the writer did not know it).
+    pub session: SessionId,
+    /// Avatar entity id.
+    pub entity: u32,
+}
+
+/// A decoded handoff snapshot.
+#[derive(Clone, Debug, PartialEq)]
+pub struct HandedOff {
+    /// The members, with their wallets.
+    pub members: Vec<HandedOffMember>,
+    /// The room core's state, when the writer could take one.
+    pub room: Option<RoomSnapshot>,
+}
+
+/// Encodes a handoff snapshot of `room_id`: `members` pair sessions with wallets; `room` is the
+/// core's state (`None`: members and entities only).
+pub fn encode(room_id: &str, members: &[HandedOffMember], room: Option<&RoomSnapshot>) -> Vec<u8> {
+    HandoffSnapshot {
+        room_id: room_id.to_owned(),
+        members: members
+            .iter()
+            .map(|m| HandoffMember {
+                wallet: m.wallet.clone(),
+                entity: m.entity,
+                session: m.session,
+            })
+            .collect(),
+        room_state: room
+            .map(|r| room_state(r).encode_to_vec().into())
+            .unwrap_or_default(),
+    }
+    .encode_to_vec()
+}
+
+/// Decodes a handoff snapshot stored for `room_id`.
+pub fn decode(room_id: &str, bytes: &[u8]) -> Result<HandedOff, HandoffError> {
+    let h = HandoffSnapshot::decode(bytes)?;
+    if h.room_id != room_id {
+        return Err(HandoffError::WrongRoom {
+            expected: room_id.to_owned(),
+            found: h.room_id,
+        });
+    }
+    let members = h
+        .members
+        .into_iter()
+        .map(|m| HandedOffMember {
+            wallet: m.wallet,
+            session: m.session,
+            entity: m.entity,
+        })
+        .collect();
+    let room = if h.room_state.is_empty() {
+        None
+    } else {
+        let s = pbn::RoomState::decode(h.room_state)?;
+        let snap = room_snapshot(room_id, s)?;
+        Some(snap)
+    };
+    Ok(HandedOff { members, room })
+}
+
+fn v3(v: [f32; 3]) -> Option<pbn::Vec3f> {
+    Some(pbn::Vec3f {
+        x: v[0],
+        y: v[1],
+        z: v[2],
+    })
+}
+
+fn room_state(r: &RoomSnapshot) -> pbn::RoomState {
+    pbn::RoomState {
+        layout: LAYOUT,
+        tick: r.tick,
+        now_ms: r.now_ms,
+        broadcast_acc: r.broadcast_acc,
+        room_seq: r.room_seq,
+        audit_seq: r.audit_seq,
+        members: r
+            .members
+            .iter()
+            .map(|m| pbn::MemberState {
+                session: m.session,
+                entity: m.entity,
+                generation: u32::from(m.generation),
+                position: v3(m.pose.position),
+                velocity: v3(m.pose.velocity),
+                yaw_deg: m.pose.yaw_deg,
+                movement_kind: u32::from(m.pose.movement_kind),
+                anim_flags: u32::from(m.pose.anim_flags),
+                has_head: m.pose.head.is_some(),
+                head_yaw: m.pose.head.map_or(0.0, |h| h[0]),
+                head_pitch: m.pose.head.map_or(0.0, |h| h[1]),
+                point_at: m.pose.point_at.and_then(v3),
+                last_input_seq: m.last_input_seq,
+                has_last_timestamp: m.last_timestamp_s.is_some(),
+                last_timestamp_s: m.last_timestamp_s.unwrap_or(0.0),
+            })
+            .collect(),
+        props: r
+            .props
+            .iter()
+            .map(|p| pbn::PropState {
+                prop_id: p.prop_id,
+                revision: p.revision,
+                holder_session: p.holder.map_or(0, |h| h.0),
+                holder_entity: p.holder.map_or(0, |h| h.1),
+                position: v3(p.position),
+                rotation: p.rotation.to_vec(),
+                velocity: v3(p.velocity),
+            })
+            .collect(),
+        consent_last_id: r.consent_last_id,
+        consents: r
+            .consents
+            .iter()
+            .map(|c| pbn::OpenConsent {
+                id: c.id,
+                kind: c.kind.as_str().to_owned(),
+                requester_session: c.requester.session,
+                requester_entity: c.requester.entity,
+                target_session: c.target.session,
+                target_entity: c.target.entity,
+                state: c.state.as_str().to_owned(),
+                since_ms: c.since_ms,
+            })
+            .collect(),
+        emotes: r
+            .emotes
+            .iter()
+            .map(|(session, e)| pbn::EmoteState {
+                session: *session,
+                last_ms: e.last_ms,
+                current: e.current.clone().unwrap_or_default(),
+            })
+            .collect(),
+        emotes_stale: r.emotes_stale,
+        scenes: r
+            .scenes
+            .iter()
+            .map(|(id, s)| pbn::SceneState {
+                id: id.clone(),
+                clients: s
+                    .clients
+                    .iter()
+                    .map(|(session, (entity, st))| pbn::SceneClient {
+                        session: *session,
+                        entity: *entity,
+                        state: st.as_str().to_owned(),
+                    })
+                    .collect(),
+                current: actions(&s.current),
+                log: s
+                    .log
+                    .iter()
+                    .map(|(tick, a)| pbn::SceneTickLog {
+                        tick: *tick,
+                        actions: actions(a),
+                    })
+                    .collect(),
+                log_actions: s.log_actions as u64,
+                state: s.state.clone().into(),
+                state_tick: s.state_tick,
+                dropped_upto: s.dropped_upto,
+                last_sent_tick: s.last_sent_tick,
+                state_requested: s.state_requested,
+                catching_up: s.catching_up.iter().copied().collect(),
+            })
+            .collect(),
+    }
+}
+
+fn actions(a: &[(u32, Vec<u8>)]) -> Vec<pbn::SceneAction> {
+    a.iter()
+        .map(|(entity, payload)| pbn::SceneAction {
+            entity: *entity,
+            payload: payload.clone().into(),
+        })
+        .collect()
+}
+
+fn invalid(what: impl Into<String>) -> HandoffError {
+    HandoffError::Invalid(what.into())
+}
+
+fn finite(what: &str, v: &[f32]) -> Result<(), HandoffError> {
+    if v.iter().all(|x| x.is_finite()) {
+        Ok(())
+    } else {
+        Err(invalid(format!("{what} is not finite")))
+    }
+}
+
+fn vec(what: &str, v: Option<pbn::Vec3f>) -> Result<[f32; 3], HandoffError> {
+    let v = v.ok_or_else(|| invalid(format!("{what} missing")))?;
+    let a = [v.x, v.y, v.z];
+    finite(what, &a)?;
+    Ok(a)
+}
+
+fn room_snapshot(room_id: &str, s: pbn::RoomState) -> Result<RoomSnapshot, HandoffError> {
+    if s.layout != LAYOUT {
+        return Err(HandoffError::Layout(s.layout));
+    }
+    let mut members = Vec::with_capacity(s.members.len());
+    for m in s.members {
+        let head = m.has_head.then_some([m.head_yaw, m.head_pitch]);
+        let point_at = m.point_at.map(|p| vec("point_at", Some(p))).transpose()?;
+        finite("yaw", &[m.yaw_deg, m.head_yaw, m.head_pitch])?;
+        let timestamp = m.has_last_timestamp.then_some(m.last_timestamp_s);
+        if timestamp.is_some_and(|t| !t.is_finite()) {
+            return Err(invalid("last_timestamp_s is not finite"));
+        }
+        members.push(MemberSnapshot {
+            session: m.session,
+            entity: m.entity,
+            generation: u16::try_from(m.generation)
+                .map_err(|_| invalid(format!("generation {} out of range", m.generation)))?,
+            pose: Pose {
+                position: vec("position", m.position)?,
+                velocity: vec("velocity", m.velocity)?,
+                yaw_deg: m.yaw_deg,
+                movement_kind: u8::try_from(m.movement_kind.min(3)).unwrap_or(0),
+                anim_flags: (m.anim_flags & 0xffff) as u16,
+                head,
+                point_at,
+            },
+            last_input_seq: m.last_input_seq,
+            last_timestamp_s: timestamp,
+        });
+    }
+    let mut props = Vec::with_capacity(s.props.len());
+    for p in s.props {
+        let rotation: [f32; 4] = p.rotation.as_slice().try_into().map_err(|_| {
+            invalid(format!(
+                "prop {} rotation has {} parts",
+                p.prop_id,
+                p.rotation.len()
+            ))
+        })?;
+        finite("rotation", &rotation)?;
+        props.push(PropSnapshot {
+            prop_id: p.prop_id,
+            revision: p.revision,
+            holder: (p.holder_session != 0).then_some((p.holder_session, p.holder_entity)),
+            position: vec("prop position", p.position)?,
+            rotation,
+            velocity: vec("prop velocity", p.velocity)?,
+        });
+    }
+    let mut consents = Vec::with_capacity(s.consents.len());
+    for c in s.consents {
+        let kind = ConsentKind::parse(&c.kind)
+            .ok_or_else(|| invalid(format!("consent kind {:?}", c.kind)))?;
+        let state = ConsentState::ALL
+            .into_iter()
+            .find(|st| st.as_str() == c.state)
+            .ok_or_else(|| invalid(format!("consent state {:?}", c.state)))?;
+        consents.push(Consent {
+            id: c.id,
+            kind,
+            requester: Party {
+                session: c.requester_session,
+                entity: c.requester_entity,
+            },
+            target: Party {
+                session: c.target_session,
+                entity: c.target_entity,
+            },
+            state,
+            since_ms: c.since_ms,
+        });
+    }
+    let emotes = s
+        .emotes
+        .into_iter()
+        .map(|e| {
+            let slot = EmoteSlot {
+                last_ms: e.last_ms,
+                current: (!e.current.is_empty()).then_some(e.current),
+            };
+            (e.session, slot)
+        })
+        .collect();
+    let mut scenes = BTreeMap::new();
+    for sc in s.scenes {
+        let mut clients = BTreeMap::new();
+        for c in sc.clients {
+            let st = scene_client_state(&c.state)?;
+            clients.insert(c.session, (c.entity, st));
+        }
+        let scene = Scene {
+            clients,
+            current: tick_actions(sc.current),
+            log: sc
+                .log
+                .into_iter()
+                .map(|l| (l.tick, tick_actions(l.actions)))
+                .collect::<VecDeque<_>>(),
+            log_actions: usize::try_from(sc.log_actions).unwrap_or(usize::MAX),
+            state: sc.state.to_vec(),
+            state_tick: sc.state_tick,
+            dropped_upto: sc.dropped_upto,
+            last_sent_tick: sc.last_sent_tick,
+            state_requested: sc.state_requested,
+            catching_up: sc.catching_up.into_iter().collect::<BTreeSet<_>>(),
+        };
+        scenes.insert(sc.id, scene);
+    }
+    Ok(RoomSnapshot {
+        room_id: room_id.to_owned(),
+        tick: s.tick,
+        now_ms: s.now_ms,
+        broadcast_acc: s.broadcast_acc,
+        room_seq: s.room_seq,
+        audit_seq: s.audit_seq,
+        members,
+        props,
+        consent_last_id: s.consent_last_id,
+        consents,
+        emotes,
+        emotes_stale: s.emotes_stale,
+        scenes,
+    })
+}
+
+fn scene_client_state(s: &str) -> Result<SceneClientState, HandoffError> {
+    [
+        SceneClientState::Master,
+        SceneClientState::WaitingForLateJoinerSync,
+        SceneClientState::CatchingUp,
+        SceneClientState::Normal,
+    ]
+    .into_iter()
+    .find(|st| st.as_str() == s)
+    .ok_or_else(|| invalid(format!("scene client state {s:?}")))
+}
+
+fn tick_actions(a: Vec<pbn::SceneAction>) -> Vec<(u32, Vec<u8>)> {
+    a.into_iter()
+        .map(|x| (x.entity, x.payload.to_vec()))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn sample() -> RoomSnapshot {
+        let pose = Pose {
+            position: [1.0, 0.0, -2.5],
+            velocity: [0.5, 0.0, 0.25],
+            yaw_deg: 90.0,
+            movement_kind: 2,
+            anim_flags: 0x0102,
+            head: Some([10.0, -5.0]),
+            point_at: Some([3.0, 1.0, 3.0]),
+        };
+        let party = |session, entity| Party { session, entity };
+        let mut scene = Scene {
+            clients: [
+                (11, (1, SceneClientState::Master)),
+                (12, (2, SceneClientState::CatchingUp)),
+            ]
+            .into(),
+            current: vec![(1, vec![9, 9])],
+            log: [(41, vec![(2, vec![1, 2, 3])])].into(),
+            log_actions: 1,
+            state: vec![7; 5],
+            state_tick: 40,
+            dropped_upto: 3,
+            last_sent_tick: 41,
+            state_requested: true,
+            catching_up: [12].into(),
+        };
+        scene.log.push_back((42, Vec::new()));
+        RoomSnapshot {
+            room_id: "r".into(),
+            tick: 4_000,
+            now_ms: 80_000,
+            broadcast_acc: 2,
+            room_seq: 77,
+            audit_seq: 9,
+            members: vec![
+                MemberSnapshot {
+                    session: 11,
+                    entity: 1,
+                    generation: 3,
+                    pose,
+                    last_input_seq: 500,
+                    last_timestamp_s: Some(1234.5),
+                },
+                MemberSnapshot {
+                    session: 12,
+                    entity: 2,
+                    generation: 0,
+                    pose: Pose::default(),
+                    last_input_seq: 0,
+                    last_timestamp_s: None,
+                },
+            ],
+            props: vec![
+                PropSnapshot {
+                    prop_id: 1,
+                    revision: 4,
+                    holder: Some((11, 1)),
+                    position: [5.0, 1.2, 4.0],
+                    rotation: [0.0, 0.0, 0.0, 1.0],
+                    velocity: [0.0; 3],
+                },
+                PropSnapshot {
+                    prop_id: 2,
+                    revision: 0,
+                    holder: None,
+                    position: [-5.0, 0.25, 5.0],
+                    rotation: [0.0, 0.7, 0.0, 0.7],
+                    velocity: [1.0, 0.0, 0.0],
+                },
+            ],
+            consent_last_id: 3,
+            consents: vec![
+                Consent {
+                    id: 2,
+                    kind: ConsentKind::HandHold,
+                    requester: party(11, 1),
+                    target: party(12, 2),
+                    state: ConsentState::Active,
+                    since_ms: 79_000,
+                },
+                Consent {
+                    id: 3,
+                    kind: ConsentKind::Follow,
+                    requester: party(12, 2),
+                    target: party(11, 1),
+                    state: ConsentState::Requested,
+                    since_ms: 79_500,
+                },
+            ],
+            emotes: [(
+                11,
+                EmoteSlot {
+                    last_ms: 99,
+                    current: Some("wave".into()),
+                },
+            )]
+            .into(),
+            emotes_stale: 2,
+            scenes: [("chess".to_owned(), scene)].into(),
+        }
+    }
+
+    fn members() -> Vec<HandedOffMember> {
+        vec![
+            HandedOffMember {
+                wallet: "0xa".into(),
+                session: 11,
+                entity: 1,
+            },
+            HandedOffMember {
+                wallet: "0xb".into(),
+                session: 12,
+                entity: 2,
+            },
+        ]
+    }
+
+    #[test]
+    fn round_trips_members_and_the_whole_room_state() {
+        let snap = sample();
+        let bytes = encode("r", &members(), Some(&snap));
+        let back = decode("r", &bytes).unwrap();
+        assert_eq!(back.members, members());
+        assert_eq!(back.room, Some(snap));
+    }
+
+    #[test]
+    fn members_only_snapshots_decode_without_room_state() {
+        let bytes = encode("r", &members(), None);
+        let back = decode("r", &bytes).unwrap();
+        assert_eq!(back.room, None);
+        assert_eq!(back.members.len(), 2);
+    }
+
+    #[test]
+    fn bad_snapshots_are_typed_errors() {
+        let snap = sample();
+        let bytes = encode("r", &members(), Some(&snap));
+        assert!(matches!(
+            decode("other", &bytes),
+            Err(HandoffError::WrongRoom { .. })
+        ));
+        assert!(matches!(
+            decode("r", &[0xff, 0xff, 0xff]),
+            Err(HandoffError::Decode(_))
+        ));
+        let mut st = room_state(&snap);
+        st.layout = 2;
+        let h = |st: &pbn::RoomState| {
+            HandoffSnapshot {
+                room_id: "r".into(),
+                members: Vec::new(),
+                room_state: st.encode_to_vec().into(),
+            }
+            .encode_to_vec()
+        };
+        assert!(matches!(decode("r", &h(&st)), Err(HandoffError::Layout(2))));
+        let mut st = room_state(&snap);
+        st.consents[0].state = "dancing".into();
+        assert!(matches!(
+            decode("r", &h(&st)),
+            Err(HandoffError::Invalid(_))
+        ));
+        let mut st = room_state(&snap);
+        st.members[0].position = None;
+        assert!(matches!(
+            decode("r", &h(&st)),
+            Err(HandoffError::Invalid(_))
+        ));
+        let mut st = room_state(&snap);
+        st.props[0].velocity.as_mut().unwrap().y = f32::INFINITY;
+        assert!(matches!(
+            decode("r", &h(&st)),
+            Err(HandoffError::Invalid(_))
+        ));
+        let mut st = room_state(&snap);
+        st.members[1].generation = 70_000;
+        assert!(matches!(
+            decode("r", &h(&st)),
+            Err(HandoffError::Invalid(_))
+        ));
+    }
+
+    proptest! {
+        /// Whatever the directory hands back, decoding returns (never panics).
+        #[test]
+        fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..512)) {
+            let _ = decode("r", &bytes);
+        }
+
+        /// A valid snapshot with bytes flipped decodes or fails with a typed error.
+        #[test]
+        fn corrupted_snapshots_never_panic(
+            flips in proptest::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 1..8)
+        ) {
+            let mut bytes = encode("r", &members(), Some(&sample()));
+            for (i, b) in flips {
+                let at = i.index(bytes.len());
+                bytes[at] ^= b;
+            }
+            let _ = decode("r", &bytes);
+        }
+    }
+}
