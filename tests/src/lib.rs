@@ -94,6 +94,9 @@ pub struct Client {
     pub resyncs: u32,
     /// Every event received, in order.
     pub events: Vec<pb::Event>,
+    /// `Joined` envelopes received: more than one means the gateway resumed the session into
+    /// a new room activation inside the same connection.
+    pub joins: u32,
 }
 
 impl Client {
@@ -125,6 +128,7 @@ impl Client {
             frame_errors: 0,
             resyncs: 0,
             events: Vec::new(),
+            joins: 0,
         }
     }
 
@@ -285,6 +289,10 @@ impl Client {
                         server_envelope::Body::Error(e) => self.errors.push(e.clone()),
                         server_envelope::Body::Event(e) => self.events.push(e.clone()),
                         server_envelope::Body::Correction(c) => self.corrections.push(*c),
+                        server_envelope::Body::Joined(j) => {
+                            self.joins += 1;
+                            self.entity = j.entity_id;
+                        }
                         _ => {}
                     }
                     return Ok(Ok(body));
@@ -367,4 +375,97 @@ pub async fn http_get(addr: SocketAddr, path: &str) -> anyhow::Result<(u16, Stri
         .map(|x| x.1.to_owned())
         .unwrap_or_default();
     Ok((status, body))
+}
+
+/// Reads until an event matching `f` arrives (bounded: 400 envelopes).
+pub async fn wait_event<F: FnMut(&pb::event::Kind) -> bool>(
+    what: &str,
+    c: &mut Client,
+    mut f: F,
+) -> pb::event::Kind {
+    let mut seen = Vec::new();
+    for _ in 0..400 {
+        if let Some(server_envelope::Body::Event(e)) = c.recv().await.unwrap()
+            && let Some(k) = e.kind
+        {
+            if f(&k) {
+                return k;
+            }
+            seen.push(k);
+        }
+    }
+    panic!(
+        "{what}: event never arrived; other events {seen:?}; errors {:?}; corrections {:?}",
+        c.errors, c.corrections
+    );
+}
+
+/// Sends a consent op.
+pub async fn consent(c: &mut Client, op: pb::ConsentOp, kind: &str, target: u32, id: u64) {
+    c.send(client_envelope::Body::Consent(pb::ConsentAction {
+        op: op as i32,
+        kind: kind.into(),
+        target_entity: target,
+        consent_id: id,
+    }))
+    .await
+    .unwrap();
+}
+
+/// The consent id and state of a consent event.
+pub fn consent_state(k: &pb::event::Kind) -> Option<(u64, String)> {
+    match k {
+        pb::event::Kind::Consent(c) => Some((c.consent_id, c.state.clone())),
+        _ => None,
+    }
+}
+
+/// An interaction with prop `prop_id` (`room` empty: the session's room).
+pub fn interaction(
+    kind: pb::InteractionKind,
+    prop_id: u32,
+    pos: [f32; 3],
+    room: &str,
+) -> client_envelope::Body {
+    client_envelope::Body::Interaction(pb::Interaction {
+        kind: kind as i32,
+        prop_id,
+        position: Some(pb::Vec3 {
+            x: pos[0],
+            y: pos[1],
+            z: pos[2],
+        }),
+        velocity: None,
+        room_id: room.into(),
+    })
+}
+
+/// Places `c` at its spawn and walks it to `to` in plausible steps (≤ 0.8 m per 0.1 s).
+pub async fn walk(c: &mut Client, to: [f32; 3], t: &mut f64) {
+    let from = c.spawn;
+    c.move_to(from, *t).await.unwrap();
+    walk_from(c, from, to, t).await;
+}
+
+/// Walks `c` from `from` to `to` in plausible steps; asserts no move was corrected.
+pub async fn walk_from(c: &mut Client, from: [f32; 3], to: [f32; 3], t: &mut f64) {
+    let mut p = from;
+    loop {
+        let d = [to[0] - p[0], to[2] - p[2]];
+        let len = (d[0] * d[0] + d[1] * d[1]).sqrt();
+        if len < 0.01 {
+            break;
+        }
+        let step = len.min(0.8);
+        p = [p[0] + d[0] / len * step, p[1], p[2] + d[1] / len * step];
+        *t += 0.1;
+        c.move_to(p, *t).await.unwrap();
+        c.pump_for(Duration::from_millis(60)).await.unwrap();
+    }
+    c.pump_for(Duration::from_millis(100)).await.unwrap();
+    assert!(
+        c.corrections.is_empty(),
+        "walk was valid: {:?}",
+        c.corrections
+    );
 }

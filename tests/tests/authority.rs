@@ -4,50 +4,12 @@
 
 use std::time::Duration;
 
-use plaza_proto::pb::{self, client_envelope, server_envelope};
+use plaza_proto::pb;
 use plaza_room_actor::room::RoomMsg;
-use plaza_tests::{Client, start_plaza, test_config, ws_url};
-
-/// Reads until an event matching `f` arrives (bounded).
-async fn wait_event<F: FnMut(&pb::event::Kind) -> bool>(
-    what: &str,
-    c: &mut Client,
-    mut f: F,
-) -> pb::event::Kind {
-    let mut seen = Vec::new();
-    for _ in 0..400 {
-        if let Some(server_envelope::Body::Event(e)) = c.recv().await.unwrap()
-            && let Some(k) = e.kind
-        {
-            if f(&k) {
-                return k;
-            }
-            seen.push(k);
-        }
-    }
-    panic!(
-        "{what}: event never arrived; other events {seen:?}; errors {:?}; corrections {:?}",
-        c.errors, c.corrections
-    );
-}
-
-async fn consent(c: &mut Client, op: pb::ConsentOp, kind: &str, target: u32, id: u64) {
-    c.send(client_envelope::Body::Consent(pb::ConsentAction {
-        op: op as i32,
-        kind: kind.into(),
-        target_entity: target,
-        consent_id: id,
-    }))
-    .await
-    .unwrap();
-}
-
-fn consent_state(k: &pb::event::Kind) -> Option<(u64, String)> {
-    match k {
-        pb::event::Kind::Consent(c) => Some((c.consent_id, c.state.clone())),
-        _ => None,
-    }
-}
+use plaza_tests::{
+    Client, consent, consent_state, interaction, start_plaza, test_config, wait_event, walk,
+    walk_from, ws_url,
+};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn consent_is_explicit_audited_in_order_and_survives_a_room_restart() {
@@ -159,13 +121,6 @@ async fn consent_is_explicit_audited_in_order_and_survives_a_room_restart() {
     plaza.shutdown().await;
 }
 
-/// Places `c` at its spawn and walks it to `to` in plausible steps (≤ 0.8 m per 0.1 s).
-async fn walk(c: &mut Client, to: [f32; 3], t: &mut f64) {
-    let from = c.spawn;
-    c.move_to(from, *t).await.unwrap();
-    walk_from(c, from, to, t).await;
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pickup_and_place_follow_the_ownership_rules() {
     let plaza = start_plaza(&test_config()).await;
@@ -182,19 +137,7 @@ async fn pickup_and_place_follow_the_ownership_rules() {
     b.move_to(b.spawn, tb).await.unwrap();
     tb += 0.1;
     let _ = tb;
-    let interact = |kind: pb::InteractionKind, pos: [f32; 3], room: &str| {
-        client_envelope::Body::Interaction(pb::Interaction {
-            kind: kind as i32,
-            prop_id: 1,
-            position: Some(pb::Vec3 {
-                x: pos[0],
-                y: pos[1],
-                z: pos[2],
-            }),
-            velocity: None,
-            room_id: room.into(),
-        })
-    };
+    let interact = |kind, pos, room| interaction(kind, 1, pos, room);
     // Out of reach from the south side.
     a.send(interact(pb::InteractionKind::Pickup, [0.0; 3], ""))
         .await
@@ -256,29 +199,6 @@ async fn pickup_and_place_follow_the_ownership_rules() {
     };
     assert!(p.revision > rev);
     plaza.shutdown().await;
-}
-
-/// Walks `c` from `from` to `to` in plausible steps.
-async fn walk_from(c: &mut Client, from: [f32; 3], to: [f32; 3], t: &mut f64) {
-    let mut p = from;
-    loop {
-        let d = [to[0] - p[0], to[2] - p[2]];
-        let len = (d[0] * d[0] + d[1] * d[1]).sqrt();
-        if len < 0.01 {
-            break;
-        }
-        let step = len.min(0.8);
-        p = [p[0] + d[0] / len * step, p[1], p[2] + d[1] / len * step];
-        *t += 0.1;
-        c.move_to(p, *t).await.unwrap();
-        c.pump_for(Duration::from_millis(60)).await.unwrap();
-    }
-    c.pump_for(Duration::from_millis(100)).await.unwrap();
-    assert!(
-        c.corrections.is_empty(),
-        "walk was valid: {:?}",
-        c.corrections
-    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

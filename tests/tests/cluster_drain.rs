@@ -1,11 +1,39 @@
 //! Multi-process drain: Redis + 3 nodes + 1 gateway (separate processes), bots in this
 //! process. One node gets SIGTERM mid-run: it marks itself draining, stores each room's handoff
 //! snapshot in the directory, stops its rooms and exits once empty; the gateway moves every
-//! session to the rooms' next activations without a client disconnect.
+//! session to the rooms' next activations without a client disconnect. Two test clients in a
+//! room of the drained node hold a prop and hands before the drain: after it, on another node,
+//! the prop is still held by the same avatar and the hand-hold is still active.
 
 use std::time::Duration;
 
+use plaza_proto::pb::{self, InteractionKind};
 use plaza_tests::cluster::{Cluster, ClusterOpts, check_single_activation, wait_until};
+use plaza_tests::{Client, consent, consent_state, interaction, wait_event, walk, walk_from};
+
+const STATE_ROOM: &str = "dr-state";
+
+/// Pumps both clients (they must stay connected) until `done` holds or `timeout` passes.
+async fn pump_both_until(
+    a: &mut Client,
+    b: &mut Client,
+    timeout: Duration,
+    mut done: impl FnMut(&Client, &Client) -> bool,
+) -> bool {
+    let deadline = tokio::time::Instant::now() + timeout;
+    while tokio::time::Instant::now() < deadline {
+        a.pump_for(Duration::from_millis(50))
+            .await
+            .expect("client a stays connected");
+        b.pump_for(Duration::from_millis(50))
+            .await
+            .expect("client b stays connected");
+        if done(a, b) {
+            return true;
+        }
+    }
+    false
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_draining_node_hands_its_rooms_off_without_disconnects() {
@@ -21,12 +49,48 @@ async fn a_draining_node_hands_its_rooms_off_without_disconnects() {
     .await;
     assert!(online.is_some(), "bots never all online");
 
+    // a holds crate 1 and holds hands with b (active).
+    let url = c.ws_url();
+    let mut a = Client::connect(&url).await.unwrap();
+    let ea = a.join(STATE_ROOM).await.unwrap();
+    let mut b = Client::connect(&url).await.unwrap();
+    let eb = b.join(STATE_ROOM).await.unwrap();
+    let mut ta = 1.0;
+    walk(&mut a, [5.0, 0.0, -8.0], &mut ta).await;
+    walk_from(&mut a, [5.0, 0.0, -8.0], [5.0, 0.0, 3.6], &mut ta).await;
+    a.send(interaction(InteractionKind::Pickup, 1, [0.0; 3], ""))
+        .await
+        .unwrap();
+    let k = wait_event("pickup", &mut a, |k| matches!(k, pb::event::Kind::Prop(_))).await;
+    let pb::event::Kind::Prop(p) = k else {
+        unreachable!()
+    };
+    assert_eq!((p.prop_id, p.holder_entity), (1, ea));
+    let rev = p.revision;
+    consent(&mut a, pb::ConsentOp::Request, "hand_hold", eb, 0).await;
+    let k = wait_event("requested", &mut b, |k| {
+        consent_state(k).is_some_and(|s| s.1 == "requested")
+    })
+    .await;
+    let (hold, _) = consent_state(&k).unwrap();
+    consent(&mut b, pb::ConsentOp::Consent, "", 0, hold).await;
+    wait_event("consented", &mut a, |k| {
+        consent_state(k).is_some_and(|s| s == (hold, "consented".into()))
+    })
+    .await;
+    consent(&mut a, pb::ConsentOp::Activate, "", 0, hold).await;
+    wait_event("active", &mut b, |k| {
+        consent_state(k).is_some_and(|s| s == (hold, "active".into()))
+    })
+    .await;
+    assert_eq!((a.joins, b.joins), (1, 1));
+
+    // The victim is the node hosting the two clients' room.
     let by_node = c.presence_by_node().await.unwrap();
-    let (victim, affected) = by_node
-        .iter()
-        .max_by_key(|(_, n)| **n)
-        .map(|(id, n)| (id.clone(), *n))
-        .expect("some node hosts sessions");
+    let state_node = c.placements(&[STATE_ROOM.to_owned()]).await;
+    let victim = state_node[STATE_ROOM].clone();
+    // Bot sessions on it (a and b are not bots).
+    let affected = by_node[&victim] - 2;
     let placed = c.placements(&room_ids).await;
     let moved_rooms: Vec<String> = placed
         .iter()
@@ -37,18 +101,73 @@ async fn a_draining_node_hands_its_rooms_off_without_disconnects() {
     c.nodes[idx].sigterm().unwrap();
     eprintln!("SIGTERM to {victim} hosting {affected} sessions in rooms {moved_rooms:?}");
 
-    // The node exits by itself once its rooms are gone.
-    let status = c.nodes[idx].wait_exit(Duration::from_secs(40)).await;
+    // The node exits by itself once its rooms are gone; a and b stay connected throughout.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(40);
+    let status = loop {
+        pump_both_until(&mut a, &mut b, Duration::from_millis(100), |_, _| false).await;
+        if let Some(s) = c.nodes[idx].wait_exit(Duration::from_millis(1)).await {
+            break Some(s);
+        }
+        if tokio::time::Instant::now() > deadline {
+            break None;
+        }
+    };
     assert!(
         status.is_some_and(|s| s.success()),
         "draining node did not exit cleanly: {status:?}\n{}",
         c.nodes[idx].log_tail(30)
     );
+    // a and b were moved inside their connections, kept their avatars, and the room's state
+    // came with them: the crate is still a's, the hand-hold still active.
+    let resumed = pump_both_until(&mut a, &mut b, Duration::from_secs(10), |a, b| {
+        a.joins >= 2 && b.joins >= 2
+    })
+    .await;
+    assert!(
+        resumed,
+        "a and b resumed in session: joins {} {}",
+        a.joins, b.joins
+    );
+    assert_eq!(
+        (a.entity, b.entity),
+        (ea, eb),
+        "same avatars after the move"
+    );
+    b.send(interaction(InteractionKind::Pickup, 1, [0.0; 3], ""))
+        .await
+        .unwrap();
+    let k = wait_event("refused", &mut b, |k| {
+        matches!(k, pb::event::Kind::Rejected(_))
+    })
+    .await;
+    assert!(
+        matches!(&k, pb::event::Kind::Rejected(r) if r.reason == "already_held"),
+        "the crate is still held after the move: {k:?}"
+    );
+    a.send(interaction(InteractionKind::Place, 1, [5.0, 0.25, 4.5], ""))
+        .await
+        .unwrap();
+    let k = wait_event(
+        "placed",
+        &mut a,
+        |k| matches!(k, pb::event::Kind::Prop(p) if p.holder_entity == 0),
+    )
+    .await;
+    let pb::event::Kind::Prop(p) = k else {
+        unreachable!()
+    };
+    assert!(p.revision > rev, "prop revisions continue");
+    consent(&mut b, pb::ConsentOp::Release, "", 0, hold).await;
+    wait_event("released", &mut a, |k| {
+        consent_state(k).is_some_and(|s| s == (hold, "released".into()))
+    })
+    .await;
+
     let back = wait_until(ttl + Duration::from_secs(5), || async {
         let Ok(m) = c.presence_by_node().await else {
             return false;
         };
-        !m.contains_key(&victim) && m.values().sum::<usize>() == bots
+        !m.contains_key(&victim) && m.values().sum::<usize>() == bots + 2
     })
     .await;
     assert!(
@@ -56,6 +175,8 @@ async fn a_draining_node_hands_its_rooms_off_without_disconnects() {
         "sessions not moved: {:?}",
         c.presence_by_node().await
     );
+    a.close().await;
+    b.close().await;
     let now = c.placements(&room_ids).await;
     for r in &moved_rooms {
         assert!(
