@@ -121,13 +121,8 @@ async fn a_killed_node_s_sessions_resume_on_live_nodes() {
     assert_eq!(seen.wallet_before, seen.wallet_after);
     assert!(seen.first_frame_after_is_keyframe, "{seen:?}");
     assert_eq!(seen.frame_errors, 0, "{seen:?}");
-    // The entity is kept only once the room core can join a session under a given entity.
-    if seen.entity_before != seen.entity_after {
-        eprintln!(
-            "probe entity changed {} -> {}",
-            seen.entity_before, seen.entity_after
-        );
-    }
+    // ... and its entity: the gateway asks the new activation for it (`resume_entity`).
+    assert_eq!(seen.entity_before, seen.entity_after, "{seen:?}");
 
     let report = load.await.unwrap().unwrap();
     eprintln!(
