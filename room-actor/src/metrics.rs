@@ -56,7 +56,7 @@ pub struct NodeMetrics {
 }
 
 /// Placement and lifecycle events, pre-created so dashboards see zero series.
-pub const PLACEMENT_EVENTS: [&str; 10] = [
+pub const PLACEMENT_EVENTS: [&str; 11] = [
     "activated",
     "stopped",
     "stopped_empty",
@@ -67,6 +67,7 @@ pub const PLACEMENT_EVENTS: [&str; 10] = [
     "handoff_taken",
     "handoff_unusable",
     "handoff_member_expired",
+    "ticks_withheld",
 ];
 
 /// Directory error codes, pre-created.

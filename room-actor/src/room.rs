@@ -187,6 +187,12 @@ pub struct RoomState {
     time_base_ms: u64,
     /// The handoff snapshot was taken: nothing changes any more.
     frozen: bool,
+    /// Ticks are withheld because the lease's local deadline passed (logged once per episode).
+    withheld: bool,
+    /// Where activations and commits are logged: broadcasts are logged as commits at most once
+    /// a second (and always the first after a gap), so the single-activation checker sees them.
+    events: EventLog,
+    last_logged_broadcast: Option<Instant>,
 }
 
 /// What an outbound envelope is, for backpressure.
@@ -282,6 +288,9 @@ impl Actor for RoomActor {
             awaited,
             time_base_ms,
             frozen: false,
+            withheld: false,
+            events: args.events,
+            last_logged_broadcast: None,
         })
     }
 
@@ -404,8 +413,10 @@ impl Actor for RoomActor {
             }
             RoomMsg::Handoff(reply) => {
                 if !state.frozen {
-                    let span = state.span.clone();
-                    state.step_now().instrument(span).await?;
+                    if state.activation.may_commit() {
+                        let span = state.span.clone();
+                        state.step_now().instrument(span).await?;
+                    }
                     state.frozen = true;
                 }
                 let _ = reply.send(state.handoff_bytes());
@@ -451,6 +462,22 @@ impl RoomState {
     ///
     /// Performance: runs every tick.
     async fn on_tick(&mut self) -> Result<(), ActorProcessingErr> {
+        if !self.activation.may_commit() {
+            // The lease may have lapsed (the process was paused, or the directory is out of
+            // reach): another node may run this room now. Commit nothing, not even a frame,
+            // until the writer renews the lease (or reclaims it) or finds it lost and stops us.
+            // Inputs stay queued (bounded); missed steps are skipped as overruns.
+            if !self.withheld {
+                tracing::warn!(room = %self.room_id, "lease not confirmed in time; ticks withheld");
+                self.metrics.placement("ticks_withheld");
+                self.withheld = true;
+            }
+            return Ok(());
+        }
+        if self.withheld {
+            tracing::info!(room = %self.room_id, "lease confirmed; ticks resume");
+            self.withheld = false;
+        }
         self.expire_awaited();
         self.run_due(false).await
     }
@@ -458,6 +485,21 @@ impl RoomState {
     /// Runs one step now even if none is due (a drain's last step).
     async fn step_now(&mut self) -> Result<(), ActorProcessingErr> {
         self.run_due(true).await
+    }
+
+    /// Logs a broadcast as a commit of the current epoch: the first after a quiet second, then
+    /// at most one a second.
+    fn log_broadcast(&mut self) {
+        let now = Instant::now();
+        if self
+            .last_logged_broadcast
+            .is_none_or(|t| now.duration_since(t) >= Duration::from_secs(1))
+        {
+            let ms = unix_ms();
+            self.events
+                .commit(&self.room_id, self.activation.epoch(), ms, ms, "broadcast");
+            self.last_logged_broadcast = Some(now);
+        }
     }
 
     /// Handed-off members whose sessions did not come back in time leave.
@@ -570,6 +612,7 @@ impl RoomState {
             // Missed broadcasts are not replayed: one frame of the latest state replaces them.
             self.broadcasts_done = due_bcast;
             self.room.broadcast(&mut out);
+            self.log_broadcast();
         }
         if n > 0 || broadcast {
             self.metrics
@@ -853,22 +896,37 @@ impl RoomState {
     }
 }
 
-/// What a room activation's directory writer shares with the supervisor: the members it has
-/// registered (wallet → entity) and the epoch it commits under (a reclaim after the store lost
-/// its data changes it). The supervisor reads it for drain handoffs.
+/// What a room activation's directory writer shares with the supervisor and the room: the
+/// members it has registered (wallet → entity), the epoch it commits under (a reclaim after the
+/// store lost its data changes it), and until when it may commit (the lease's local deadline,
+/// moved on by every renewal). The supervisor reads members for drain handoffs; the room reads
+/// the deadline before every tick.
 #[derive(Debug)]
 pub struct Activation {
     members: std::sync::Mutex<BTreeMap<String, u32>>,
     epoch: std::sync::Mutex<Epoch>,
+    commit_until: std::sync::Mutex<Instant>,
 }
 
 impl Activation {
-    /// A fresh activation under `epoch`.
-    pub fn new(epoch: Epoch) -> Self {
+    /// A fresh activation holding `lease`.
+    pub fn new(lease: &RoomLease) -> Self {
         Self {
             members: std::sync::Mutex::new(BTreeMap::new()),
-            epoch: std::sync::Mutex::new(epoch),
+            epoch: std::sync::Mutex::new(lease.epoch()),
+            commit_until: std::sync::Mutex::new(Instant::now() + lease.remaining()),
         }
+    }
+
+    /// True while the activation's lease is surely held (its local deadline, which ends a
+    /// safety margin before the store's lease can lapse, has not passed).
+    pub fn may_commit(&self) -> bool {
+        Instant::now() < *self.commit_until.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn set_lease(&self, lease: &RoomLease) {
+        *self.commit_until.lock().unwrap_or_else(|e| e.into_inner()) =
+            Instant::now() + lease.remaining();
     }
 
     /// The members whose presence the room has registered, sorted by wallet.
@@ -1002,6 +1060,7 @@ fn spawn_directory_writer(w: DirectoryWriter) -> mpsc::UnboundedSender<PresenceO
                 _ = renew.tick() => {
                     match lease.renew_or_reclaim(&*dir).await {
                         Ok(Renewal::Renewed) => {
+                            activation.set_lease(&lease);
                             let epoch = lease.epoch();
                             let sent = unix_ms();
                             match dir.presence_renew(&node, &room, epoch, presence_ttl_ms).await {
@@ -1019,6 +1078,7 @@ fn spawn_directory_writer(w: DirectoryWriter) -> mpsc::UnboundedSender<PresenceO
                             metrics.placement("reclaimed");
                             events.activate(&room, epoch, &node);
                             activation.set_epoch(epoch);
+                            activation.set_lease(&lease);
                             for (wallet, entity) in activation.members() {
                                 if !lease.may_commit() {
                                     break;

@@ -249,7 +249,7 @@ impl RoomsState {
             tracing::info!(room, %epoch, members, "handoff snapshot taken over");
             a.events.handoff(room, epoch, "taken", members);
         }
-        let activation = Arc::new(Activation::new(epoch));
+        let activation = Arc::new(Activation::new(&lease));
         let args = RoomArgs {
             room_id: room.to_owned(),
             cfg: a.room_cfg.clone(),

@@ -137,14 +137,19 @@ impl Proc {
 
     /// SIGTERM (an orderly stop; a node drains first).
     pub fn sigterm(&self) -> Result<(), String> {
+        self.signal("TERM")
+    }
+
+    /// Sends signal `sig` (`TERM`, `STOP`, `CONT`, …) with `kill -SIG`.
+    pub fn signal(&self, sig: &str) -> Result<(), String> {
         let st = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
+            .args([&format!("-{sig}"), &self.child.id().to_string()])
             .status()
-            .map_err(|e| format!("kill -TERM: {e}"))?;
+            .map_err(|e| format!("kill -{sig}: {e}"))?;
         if st.success() {
             Ok(())
         } else {
-            Err(format!("kill -TERM exited with {st}"))
+            Err(format!("kill -{sig} exited with {st}"))
         }
     }
 
