@@ -1,8 +1,10 @@
 //! Injectable millisecond clocks for the in-memory backend. The Redis backend does not use them:
 //! it reads Redis server time inside its scripts.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use crate::sync::AtomicU64;
 
 /// A source of "now" in milliseconds. Must never go backwards.
 pub trait Clock: Send + Sync {

@@ -41,11 +41,15 @@
 //!   [`Clock`] in memory, Redis `TIME` in Redis), never the caller's wall clock.
 
 pub mod clock;
+#[doc(hidden)]
+pub mod era;
 pub mod error;
 pub mod lease;
 pub mod memory;
 pub mod policy;
+#[cfg(not(loom))]
 pub mod redis_dir;
+mod sync;
 #[cfg(any(test, feature = "test-util"))]
 pub mod test_util;
 pub mod types;
@@ -57,6 +61,7 @@ pub use error::DirectoryError;
 pub use lease::{Renewal, RoomLease, Sweeper};
 pub use memory::MemoryDirectory;
 pub use policy::rendezvous_pick;
+#[cfg(not(loom))]
 pub use redis_dir::{RedisDirectory, RedisOptions};
 pub use types::{
     AnnounceOutcome, AuditRecord, Epoch, NodeId, NodeInfo, Placement, PresenceEntry, Sources,

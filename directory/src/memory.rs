@@ -6,10 +6,9 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
-use parking_lot::Mutex;
-
 use crate::clock::{Clock, SystemClock};
 use crate::error::DirectoryError;
+use crate::sync::Mutex;
 use crate::types::{
     AnnounceOutcome, AuditRecord, Epoch, NodeInfo, Placement, PresenceEntry, Sources,
 };

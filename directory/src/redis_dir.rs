@@ -38,13 +38,13 @@
 //! (zset wallet→at), `Pprof:{wallet}` (hash), `Paudit:{room}` (list of JSON records),
 //! `Phandoff:{room}` (hash), `Presume:{token}` (string with a Redis TTL). Scripts build keys from arguments, which standalone Redis allows.
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{Script, Value};
 use serde::{Deserialize, Serialize};
 
+use crate::era::EraFloor;
 use crate::error::DirectoryError;
 use crate::types::{
     AnnounceOutcome, AuditRecord, Epoch, NodeInfo, Placement, PresenceEntry, Sources,
@@ -82,10 +82,8 @@ impl Default for RedisOptions {
 pub struct RedisDirectory {
     con: ConnectionManager,
     prefix: String,
-    /// Max of the boot era and every era seen from the store.
-    min_era: AtomicU64,
-    /// Max era seen from the store (0 if none yet).
-    seen_era: AtomicU64,
+    /// Max of the boot era and every era seen from the store, and the max era seen.
+    eras: EraFloor,
     s: Scripts,
 }
 
@@ -93,7 +91,7 @@ impl std::fmt::Debug for RedisDirectory {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RedisDirectory")
             .field("prefix", &self.prefix)
-            .field("min_era", &self.min_era.load(Ordering::Relaxed))
+            .field("min_era", &self.eras.min_era())
             .finish_non_exhaustive()
     }
 }
@@ -166,8 +164,7 @@ impl RedisDirectory {
         Self {
             con,
             prefix: opts.prefix,
-            min_era: AtomicU64::new(boot_era),
-            seen_era: AtomicU64::new(0),
+            eras: EraFloor::new(boot_era),
             s: Scripts::new(),
         }
     }
@@ -237,8 +234,7 @@ impl RedisDirectory {
     }
 
     fn seen(&self, epoch: Epoch) {
-        self.min_era.fetch_max(epoch.era, Ordering::Relaxed);
-        self.seen_era.fetch_max(epoch.era, Ordering::Relaxed);
+        self.eras.seen(epoch);
     }
 
     fn placement(&self, room: &str, r: &[Value]) -> Result<Placement, DirectoryError> {
@@ -436,8 +432,7 @@ impl Directory for RedisDirectory {
         validate::id("room", room)?;
         validate::id("node id", node)?;
         validate::ttl(ttl_ms)?;
-        let min_era = self.min_era.load(Ordering::Relaxed);
-        let seen_era = self.seen_era.load(Ordering::Relaxed);
+        let (min_era, seen_era) = self.eras.claim_args();
         let r = self
             .run(
                 &self.s.claim,

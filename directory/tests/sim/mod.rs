@@ -1,0 +1,5 @@
+//! The turmoil simulation harness of `tests/turmoil_sweep.rs` (D1 in docs/TESTING.md).
+
+pub(crate) mod check;
+pub(crate) mod node;
+pub(crate) mod wire;
