@@ -1,5 +1,6 @@
 //! Test helpers (feature `test-util`): [`RedisServer`], a throwaway `redis-server` process on a
-//! free loopback port in its own temp dir, with no persistence. Not for production use.
+//! free loopback port in its own temp dir, with no persistence; [`FaultyDirectory`], a
+//! directory that fails chosen operations. Not for production use.
 //!
 //! `redis-server` must be on `PATH` (`apt-get install -y redis-server` on Debian/Ubuntu);
 //! [`RedisServer::start`] fails with a message saying so otherwise.
@@ -184,4 +185,113 @@ fn ping(port: u16) -> bool {
     }
     let mut buf = [0u8; 16];
     matches!(s.read(&mut buf), Ok(n) if buf[..n].starts_with(b"+PONG"))
+}
+
+/// A directory that forwards to another and fails chosen operations with
+/// [`crate::DirectoryError::Unavailable`], for tests of what callers do when the store is out
+/// of reach for some calls (a lost release, a failed renewal).
+///
+/// ```
+/// # use std::sync::Arc;
+/// # use plaza_directory::{MemoryDirectory, test_util::FaultyDirectory};
+/// let dir = Arc::new(FaultyDirectory::new(Arc::new(MemoryDirectory::new())));
+/// dir.fail("presence_release", true); // every release fails until
+/// dir.fail("presence_release", false); // healed
+/// ```
+pub struct FaultyDirectory {
+    inner: crate::SharedDirectory,
+    failing: std::sync::Mutex<std::collections::BTreeSet<&'static str>>,
+    failed: AtomicU64,
+}
+
+impl std::fmt::Debug for FaultyDirectory {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FaultyDirectory")
+            .field("failing", &self.failing)
+            .field("failed", &self.failed)
+            .finish_non_exhaustive()
+    }
+}
+
+impl FaultyDirectory {
+    /// Forwards every call to `inner` until told to fail some.
+    pub fn new(inner: crate::SharedDirectory) -> Self {
+        Self {
+            inner,
+            failing: Default::default(),
+            failed: AtomicU64::new(0),
+        }
+    }
+
+    /// Makes the operation named `op` (a [`crate::Directory`] method name) fail, or heals it.
+    pub fn fail(&self, op: &'static str, failing: bool) {
+        let mut g = self.failing.lock().unwrap_or_else(|e| e.into_inner());
+        if failing {
+            g.insert(op);
+        } else {
+            g.remove(op);
+        }
+    }
+
+    /// How many calls were failed so far.
+    pub fn failed(&self) -> u64 {
+        self.failed.load(Ordering::Relaxed)
+    }
+
+    fn check(&self, op: &'static str) -> Result<(), crate::DirectoryError> {
+        let g = self.failing.lock().unwrap_or_else(|e| e.into_inner());
+        if g.contains(op) {
+            self.failed.fetch_add(1, Ordering::Relaxed);
+            Err(crate::DirectoryError::Unavailable(format!(
+                "{op}: failed by the test"
+            )))
+        } else {
+            Ok(())
+        }
+    }
+}
+
+macro_rules! forward {
+    ($( fn $name:ident(&self $(, $arg:ident : $ty:ty)* ) -> $ret:ty; )*) => {
+        #[async_trait::async_trait]
+        impl crate::Directory for FaultyDirectory {
+            $(
+                async fn $name(&self $(, $arg: $ty)*) -> Result<$ret, crate::DirectoryError> {
+                    self.check(stringify!($name))?;
+                    self.inner.$name($($arg),*).await
+                }
+            )*
+        }
+    };
+}
+
+use crate::types::{
+    AnnounceOutcome, AuditRecord, Epoch, NodeInfo, Placement, PresenceEntry, Sources,
+};
+
+forward! {
+    fn register_node(&self, info: NodeInfo, ttl_ms: u64) -> ();
+    fn deregister_node(&self, id: &str) -> ();
+    fn live_nodes(&self) -> Vec<NodeInfo>;
+    fn resolve(&self, room: &str) -> Option<Placement>;
+    fn place(&self, room: &str) -> NodeInfo;
+    fn claim(&self, room: &str, node: &str, ttl_ms: u64) -> Placement;
+    fn renew(&self, room: &str, node: &str, epoch: Epoch, ttl_ms: u64) -> Placement;
+    fn release(&self, room: &str, node: &str, epoch: Epoch) -> ();
+    fn check_epoch(&self, room: &str, epoch: Epoch) -> ();
+    fn presence_register(&self, entry: PresenceEntry, epoch: Epoch, ttl_ms: u64) -> ();
+    fn presence_add_source(&self, wallet: &str, source: Sources, epoch: Epoch) -> ();
+    fn presence_release(&self, wallet: &str, source: Sources, epoch: Epoch) -> bool;
+    fn presence_renew(&self, node: &str, room: &str, epoch: Epoch, ttl_ms: u64) -> u32;
+    fn presence_get(&self, wallet: &str) -> Option<PresenceEntry>;
+    fn presence_by_entity(&self, room: &str, entity: u32) -> Option<PresenceEntry>;
+    fn peers(&self, filter: Option<&[String]>) -> Vec<PresenceEntry>;
+    fn sweep(&self) -> u32;
+    fn announce_profile(&self, wallet: &str, version: u64, source: Sources) -> AnnounceOutcome;
+    fn audit_append(&self, room: &str, epoch: Epoch, kind: &str, detail: &str, at_ms: u64) -> u64;
+    fn audit_read(&self, room: &str, from_seq: u64, limit: usize) -> Vec<AuditRecord>;
+    fn put_handoff(&self, room: &str, epoch: Epoch, state: Vec<u8>) -> ();
+    fn take_handoff(&self, room: &str) -> Option<(Epoch, Vec<u8>)>;
+    fn put_resume(&self, token: &str, entry: Vec<u8>, ttl_ms: u64) -> ();
+    fn take_resume(&self, token: &str) -> Option<Vec<u8>>;
 }

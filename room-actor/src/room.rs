@@ -1007,6 +1007,8 @@ fn spawn_directory_writer(w: DirectoryWriter) -> mpsc::UnboundedSender<PresenceO
         let period = lease.renew_every().min(presence_ttl / 3);
         let mut renew = tokio::time::interval_at(Instant::now() + period, period);
         renew.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        // Presence writes to retry, newest per wallet (`Some(entity)`: register, `None`: release).
+        let mut retry: BTreeMap<String, Option<u32>> = BTreeMap::new();
         let register = |wallet: String, entity: u32, epoch: Epoch| {
             let dir = dir.clone();
             let entry = PresenceEntry {
@@ -1024,18 +1026,21 @@ fn spawn_directory_writer(w: DirectoryWriter) -> mpsc::UnboundedSender<PresenceO
             tokio::select! {
                 op = rx.recv() => {
                     let Some(op) = op else { break };
-                    let (what, wallet) = match &op {
+                    let (what, wallet, want) = match &op {
                         PresenceOp::Register { wallet, entity } => {
                             activation.set_member(wallet, Some(*entity));
-                            ("register", wallet.clone())
+                            ("register", wallet.clone(), Some(*entity))
                         }
                         PresenceOp::Release { wallet } => {
                             activation.set_member(wallet, None);
-                            ("release", wallet.clone())
+                            ("release", wallet.clone(), None)
                         }
                     };
+                    // The newest write of a wallet supersedes one waiting for a retry.
+                    retry.remove(&wallet);
                     if !lease.may_commit() {
                         metrics.placement("commit_withheld");
+                        retry.insert(wallet, want);
                         continue;
                     }
                     let epoch = lease.epoch();
@@ -1052,8 +1057,11 @@ fn spawn_directory_writer(w: DirectoryWriter) -> mpsc::UnboundedSender<PresenceO
                     match res {
                         Ok(()) => events.commit(&room, epoch, sent, unix_ms(), what),
                         Err(e) => {
-                            tracing::warn!(room = %room, wallet, error = %e, "presence write failed");
+                            tracing::warn!(room = %room, wallet, error = %e, "presence write failed; retried after the next renewal");
                             metrics.directory_error(e.code());
+                            if !e.is_fenced() {
+                                retry.insert(wallet, want);
+                            }
                         }
                     }
                 }
@@ -1099,6 +1107,32 @@ fn spawn_directory_writer(w: DirectoryWriter) -> mpsc::UnboundedSender<PresenceO
                         Err(e) => {
                             tracing::warn!(room = %room, error = %e, "lease renew failed");
                             metrics.directory_error(e.code());
+                        }
+                    }
+                    // Withheld or failed presence writes, now that the lease is confirmed. A
+                    // release must not be lost: the renewal above keeps every entry of this room
+                    // alive, so a lost one would be a ghost for as long as the room runs.
+                    if !retry.is_empty() && lease.may_commit() {
+                        let epoch = lease.epoch();
+                        for (wallet, want) in std::mem::take(&mut retry) {
+                            let sent = unix_ms();
+                            let res = match want {
+                                Some(entity) => register(wallet.clone(), entity, epoch).await,
+                                None => match dir.presence_release(&wallet, Sources::ROOM, epoch).await {
+                                    Ok(_) => Ok(()),
+                                    Err(e) if e.code() == "not_found" => Ok(()),
+                                    Err(e) => Err(e),
+                                },
+                            };
+                            match res {
+                                Ok(()) => events.commit(&room, epoch, sent, unix_ms(), "retry"),
+                                Err(e) => {
+                                    metrics.directory_error(e.code());
+                                    if !e.is_fenced() {
+                                        retry.insert(wallet, want);
+                                    }
+                                }
+                            }
                         }
                     }
                 }
