@@ -73,6 +73,11 @@ impl RoomLease {
         Instant::now() < self.valid_until
     }
 
+    /// The lease TTL the store grants.
+    pub fn ttl(&self) -> Duration {
+        self.ttl
+    }
+
     /// Time left before the holder must stop committing.
     pub fn remaining(&self) -> Duration {
         self.valid_until.saturating_duration_since(Instant::now())

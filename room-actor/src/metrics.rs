@@ -56,7 +56,7 @@ pub struct NodeMetrics {
 }
 
 /// Placement and lifecycle events, pre-created so dashboards see zero series.
-pub const PLACEMENT_EVENTS: [&str; 11] = [
+pub const PLACEMENT_EVENTS: [&str; 12] = [
     "activated",
     "stopped",
     "stopped_empty",
@@ -68,6 +68,7 @@ pub const PLACEMENT_EVENTS: [&str; 11] = [
     "handoff_unusable",
     "handoff_member_expired",
     "ticks_withheld",
+    "lease_lapsed",
 ];
 
 /// Directory error codes, pre-created.

@@ -187,8 +187,13 @@ pub struct RoomState {
     time_base_ms: u64,
     /// The handoff snapshot was taken: nothing changes any more.
     frozen: bool,
-    /// Ticks are withheld because the lease's local deadline passed (logged once per episode).
-    withheld: bool,
+    /// Since when ticks are withheld because the lease's local deadline passed.
+    withheld_since: Option<Instant>,
+    /// The placement lease's TTL: withheld this long, the store's lease has surely lapsed and
+    /// the room gives up (stops), so its sessions can move to whoever activates it next.
+    lease_ttl: Duration,
+    /// The room gave up its lease; the actor stops after this tick.
+    gave_up: bool,
     /// Where activations and commits are logged: broadcasts are logged as commits at most once
     /// a second (and always the first after a gap), so the single-activation checker sees them.
     events: EventLog,
@@ -288,7 +293,9 @@ impl Actor for RoomActor {
             awaited,
             time_base_ms,
             frozen: false,
-            withheld: false,
+            withheld_since: None,
+            lease_ttl: args.lease.ttl(),
+            gave_up: false,
             events: args.events,
             last_logged_broadcast: None,
         })
@@ -400,6 +407,10 @@ impl Actor for RoomActor {
             RoomMsg::Tick => {
                 let span = state.span.clone();
                 state.on_tick().instrument(span).await?;
+                if state.gave_up {
+                    myself.stop(Some("lease lapsed".into()));
+                    return Ok(());
+                }
                 if state.room.is_empty() && state.links.is_empty() {
                     let since = *state.empty_since.get_or_insert_with(Instant::now);
                     if since.elapsed() >= state.cfg.empty_grace {
@@ -467,16 +478,22 @@ impl RoomState {
             // reach): another node may run this room now. Commit nothing, not even a frame,
             // until the writer renews the lease (or reclaims it) or finds it lost and stops us.
             // Inputs stay queued (bounded); missed steps are skipped as overruns.
-            if !self.withheld {
+            // Withheld for a whole TTL, the store's lease has lapsed: give up, so the sessions
+            // move to the room's next activation instead of waiting for the directory.
+            let since = *self.withheld_since.get_or_insert_with(|| {
                 tracing::warn!(room = %self.room_id, "lease not confirmed in time; ticks withheld");
                 self.metrics.placement("ticks_withheld");
-                self.withheld = true;
+                Instant::now()
+            });
+            if since.elapsed() >= self.lease_ttl {
+                tracing::error!(room = %self.room_id, "lease not confirmed for a whole TTL; the room gives up");
+                self.metrics.placement("lease_lapsed");
+                self.gave_up = true;
             }
             return Ok(());
         }
-        if self.withheld {
+        if self.withheld_since.take().is_some() {
             tracing::info!(room = %self.room_id, "lease confirmed; ticks resume");
-            self.withheld = false;
         }
         self.expire_awaited();
         self.run_due(false).await
