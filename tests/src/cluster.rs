@@ -228,16 +228,16 @@ impl Cluster {
 
     /// Starts one more node; returns its index in [`Cluster::nodes`].
     pub async fn start_node(&mut self) -> anyhow::Result<usize> {
+        let url = self.redis.url();
+        self.start_node_via(&url).await
+    }
+
+    /// Starts one more node that reaches Redis at `redis_url` (e.g. through a
+    /// [`crate::blackhole::Blackhole`]); returns its index in [`Cluster::nodes`].
+    pub async fn start_node_via(&mut self, redis_url: &str) -> anyhow::Result<usize> {
         let bin = plaza_bin().map_err(anyhow::Error::msg)?;
         let name = format!("n{}", self.nodes.len() + 1);
-        let p = spawn(
-            &bin,
-            &self.opts,
-            &self.redis.url(),
-            &self.dir,
-            &name,
-            Role::Node,
-        )?;
+        let p = spawn(&bin, &self.opts, redis_url, &self.dir, &name, Role::Node)?;
         self.wait_ready(&p).await?;
         let prefix = format!("{name}.");
         let deadline = tokio::time::Instant::now() + Duration::from_secs(20);

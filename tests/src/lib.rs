@@ -3,6 +3,7 @@
 //!
 //! Waits are bounded polls on conditions, never fixed sleeps.
 
+pub mod blackhole;
 pub mod cluster;
 
 use std::net::SocketAddr;

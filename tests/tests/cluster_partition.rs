@@ -1,0 +1,127 @@
+//! Multi-process partition between a room node and Redis (RELIABILITY.md F5): the third node
+//! reaches Redis through a [`Blackhole`] proxy, which the test cuts mid-run (bytes stop both
+//! ways; nothing is reset). The isolated node cannot renew its leases: its rooms stop sending
+//! before their leases can lapse, give up after a TTL, and the gateway (which still reaches
+//! Redis) moves their sessions to the rooms' next activations on the other nodes, in session,
+//! with the same entity. After the heal, the event logs show no two epochs of a room committing
+//! at once, and no bot is lost.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use plaza_tests::Client;
+use plaza_tests::blackhole::Blackhole;
+use plaza_tests::cluster::{Cluster, ClusterOpts, check_single_activation};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_isolated_node_stops_committing_and_its_rooms_move() {
+    let mut c = Cluster::start(ClusterOpts {
+        nodes: 2,
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let redis: SocketAddr = ([127, 0, 0, 1], c.redis.port()).into();
+    let link = Blackhole::start(redis).await.unwrap();
+    let idx = c
+        .start_node_via(&format!("redis://{}", link.addr()))
+        .await
+        .unwrap();
+    let ttl = Duration::from_millis(c.opts().lease_ttl_ms);
+    let cfg = c.load_config(60, 6, "pt-", 20);
+    let bots = cfg.bots;
+    let load = tokio::spawn(plaza_load::run(cfg));
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while c.peers_count().await.unwrap_or(0) != bots {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "bots never all online"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    // A probe in a room of the isolated-to-be node (join rooms until one lands there).
+    let victim_prefix = format!("{}.", c.nodes[idx].name);
+    let url = c.ws_url();
+    let mut found = None;
+    for i in 0..40 {
+        let room = format!("pt-probe-{i}");
+        let mut probe = Client::connect(&url).await.unwrap();
+        let entity = probe.join(&room).await.unwrap();
+        let placed = c.placements(std::slice::from_ref(&room)).await;
+        if placed
+            .get(&room)
+            .is_some_and(|n| n.starts_with(&victim_prefix))
+        {
+            found = Some((probe, room, entity));
+            break;
+        }
+        probe.close().await;
+    }
+    let (mut probe, room, entity) = found.expect("some room lands on the third node");
+    let on_victim = c
+        .presence_by_node()
+        .await
+        .unwrap()
+        .into_iter()
+        .find(|(n, _)| n.starts_with(&victim_prefix))
+        .map_or(0, |(_, n)| n);
+    eprintln!("cutting {victim_prefix}* from Redis; {on_victim} sessions there, probe in {room}");
+
+    link.cut();
+    // The isolated node's rooms give up after their lease's safe window plus a TTL; the
+    // gateway moves every session (the probe in its connection, same entity).
+    let deadline = tokio::time::Instant::now() + ttl * 3 + Duration::from_secs(8);
+    loop {
+        probe
+            .pump_for(Duration::from_millis(100))
+            .await
+            .expect("the probe stays connected");
+        let moved = c.presence_by_node().await.is_ok_and(|m| {
+            !m.keys().any(|n| n.starts_with(&victim_prefix))
+                && m.values().sum::<usize>() == bots + 1
+        });
+        if moved && probe.joins >= 2 {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "sessions not moved off the isolated node: {:?} (probe joins {})\n{}",
+            c.presence_by_node().await,
+            probe.joins,
+            c.nodes[idx].log_tail(30)
+        );
+    }
+    assert_eq!(probe.entity, entity, "same entity after the move");
+    let placed = c.placements(std::slice::from_ref(&room)).await;
+    assert!(
+        placed
+            .get(&room)
+            .is_some_and(|n| !n.starts_with(&victim_prefix)),
+        "{room} re-placed: {placed:?}"
+    );
+    let log = std::fs::read_to_string(&c.nodes[idx].log).unwrap();
+    assert!(
+        log.contains("ticks withheld") && log.contains("the room gives up"),
+        "the isolated node withheld its ticks and gave its rooms up:\n{}",
+        c.nodes[idx].log_tail(40)
+    );
+
+    link.heal();
+    probe.close().await;
+    let report = load.await.unwrap().unwrap();
+    eprintln!(
+        "load: connected {} failed {} lost {} resumes {} (in session {}) close codes {:?}",
+        report.bots_connected,
+        report.bots_failed,
+        report.bots_lost,
+        report.resumes,
+        report.resumes_in_session,
+        report.close_codes
+    );
+    assert_eq!(report.bots_failed, 0);
+    assert_eq!(report.bots_lost, 0);
+    let sum = check_single_activation(&c.event_logs()).unwrap();
+    eprintln!("event logs: {sum:?}");
+    assert!(sum.rooms_with_several_epochs >= 1, "{sum:?}");
+}
