@@ -35,6 +35,14 @@ pub const MAX_FRAME_BYTES: usize = 1 << 20;
 pub const MAX_ENTITIES: usize = 1 << 16;
 /// A tier-`t` entity's steady pose goes every `TIER_EVERY[t]` frames.
 pub const TIER_EVERY: [u32; 4] = [1, 2, 4, 8];
+// The tier turn test masks with `TIER_EVERY[t] - 1`.
+const _: () = {
+    let mut t = 0;
+    while t < TIER_EVERY.len() {
+        assert!(TIER_EVERY[t].is_power_of_two());
+        t += 1;
+    }
+};
 /// Priority a pending pose update of a tier-`t` entity gains per frame it waits.
 pub const TIER_WEIGHT: [u32; 4] = [8, 4, 2, 1];
 
@@ -64,7 +72,12 @@ pub fn fnv1a32(bytes: &[u8]) -> u32 {
 }
 
 /// One entity as a client holds it.
+///
+/// `repr(C)`: the id, generation and kind come first, so the encoder's merge of what a client
+/// holds with what it should hold (ids, then the pose only when ids match) reads one cache line
+/// per entity where it can.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(C)]
 pub struct EntityRecord {
     /// Entity id (unique in the room while the entity lives).
     pub id: u32,
@@ -187,18 +200,22 @@ pub enum FrameError {
 // === Shared model ===
 
 /// What a client holds for one entity, plus the predictor state both sides keep.
+///
+/// `repr(C)`, fields the encoder reads for every held entity first (tier, priority, id), the
+/// pose after them and the predictor state last.
 #[derive(Clone, Copy, Debug)]
+#[repr(C)]
 struct Held {
-    rec: EntityRecord,
     tier: u8,
+    /// Encoder only: priority accumulated while a pose update waits.
+    acc: u32,
+    rec: EntityRecord,
     /// Position before the last motion update (predictor).
     prev_pos: [i32; 3],
     /// Tick of the last motion update.
     pose_tick: u32,
     /// Tick of the motion update before it.
     prev_tick: u32,
-    /// Encoder only: priority accumulated while a pose update waits.
-    acc: u32,
 }
 
 impl Held {
@@ -848,7 +865,8 @@ fn read_selection(r: &mut BitReader<'_>, n: usize, sel: &mut Vec<u32>) -> Result
 struct Pending {
     model_idx: u32,
     post_idx: u32,
-    pose: QuantPose,
+    /// Index in `visible` of the entity's record (its canonical pose is the new pose).
+    vis: u32,
     mask: u8,
     tier: u8,
     mandatory: bool,
@@ -993,7 +1011,7 @@ impl FrameEncoder {
                         let start_stop = h.rec.pose.at_rest() != new.at_rest();
                         if mask & G_MOTION != 0
                             && !start_stop
-                            && seq.wrapping_add(h.rec.id) % TIER_EVERY[usize::from(tier)] != 0
+                            && seq.wrapping_add(h.rec.id) & (TIER_EVERY[usize::from(tier)] - 1) != 0
                         {
                             mask &= !G_MOTION;
                         }
@@ -1002,7 +1020,7 @@ impl FrameEncoder {
                             self.pending.push(Pending {
                                 model_idx: i as u32,
                                 post_idx: post,
-                                pose: *new,
+                                vis: j as u32,
                                 mask,
                                 tier,
                                 mandatory,
@@ -1069,7 +1087,7 @@ impl FrameEncoder {
             // frame over its budget pays for the counting pass below. The estimate is the same
             // as the counting pass's, so the bytes are the same either way. After a frame over
             // its budget the next ones count first, until one fits.
-            let (check_at, bits) = self.write_frame(out, &head, held_after);
+            let (check_at, bits) = self.write_frame(out, &head, held_after, visible);
             let mut removed = BitCounter::default();
             removed.eg(self.removed.len() as u64, 0);
             for &id in &self.removed {
@@ -1106,7 +1124,8 @@ impl FrameEncoder {
             for p in &mut self.pending {
                 let mut c = BitCounter::default();
                 let h = &self.model[p.model_idx as usize];
-                write_change(&mut c, h, p.mask, &p.pose, p.tier, tick);
+                let pose = visible[p.vis as usize].record.pose.canonical();
+                write_change(&mut c, h, p.mask, &pose, p.tier, tick);
                 p.bits = c.bits as u32;
                 // Bigger moves cost more bits and matter more: small ones wait first.
                 p.prio = p.prio.saturating_add((p.bits / 16).min(8));
@@ -1164,12 +1183,13 @@ impl FrameEncoder {
 
         let check_at = match written {
             Some(at) => at,
-            None => self.write_frame(out, &head, held_after).0,
+            None => self.write_frame(out, &head, held_after, visible).0,
         };
 
         // Update the model exactly as the decoder will.
         for p in &self.pending {
-            self.model[p.model_idx as usize].apply(p.mask, &p.pose, p.tier, tick);
+            let pose = visible[p.vis as usize].record.pose.canonical();
+            self.model[p.model_idx as usize].apply(p.mask, &pose, p.tier, tick);
         }
         if !self.removed.is_empty() || !self.news.is_empty() {
             self.next.clear();
@@ -1243,6 +1263,7 @@ impl FrameEncoder {
         out: &mut Vec<u8>,
         head: &Head<'_>,
         held_after: usize,
+        visible: &[Visible<'_>],
     ) -> (usize, FrameBits) {
         let tick = head.tick;
         out.push((FRAME_VERSION << 4) | head.flags);
@@ -1276,7 +1297,8 @@ impl FrameEncoder {
         let at = w.bit_len();
         for p in &self.pending {
             let h = &self.model[p.model_idx as usize];
-            write_change(&mut w, h, p.mask, &p.pose, p.tier, tick);
+            let pose = visible[p.vis as usize].record.pose.canonical();
+            write_change(&mut w, h, p.mask, &pose, p.tier, tick);
         }
         bits.changes = w.bit_len() - at;
         let at = w.bit_len();

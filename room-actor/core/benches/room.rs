@@ -4,7 +4,16 @@
 //!
 //! `cargo bench -p plaza-room-core --bench room` prints the tick table (mean, p50, p99, max of
 //! per-tick time from its own measurement loop) and the bandwidth table first, then runs the
-//! criterion benches. With `CI` set the sizes and tick counts shrink.
+//! criterion benches. With `CI` set the sizes and tick counts shrink; `ROOM_BENCH_N=1000` keeps
+//! the rooms of that size, `ROOM_BENCH_TIER=stadium` (or `class`) the rooms of that tier;
+//! `ROOM_BENCH_THREADS=1` sets `RoomConfig::encode_threads` (default 2).
+//!
+//! A tick is one wake of the room as the room actor's shell schedules it: the shell wakes the
+//! room at every 50 Hz simulation step and every 20 Hz broadcast, each on its own evenly spaced
+//! grid (so per 100 ms: steps at 0, 20, 40, 60, 80 ms and broadcasts at 0 and 50 ms), and runs
+//! the step, then the broadcast, that are due. Its duration is what the shell's tick-duration
+//! metric observes. Frames spread over steps (`RoomConfig::spread_from_members`) are encoded
+//! inside `simulate`.
 //!
 //! The walkers are physically valid clients: they start where `Joined` put them, send a move
 //! every 100 ms (10 Hz, so a fifth of them per 50 Hz tick) with timestamps advancing by 0.1 s,
@@ -81,8 +90,10 @@ struct Sim {
     room: Room,
     walkers: Vec<Walker>,
     rng: Rng,
+    /// Simulation steps run.
     tick: u64,
-    broadcast_acc: u32,
+    /// Broadcasts run.
+    broadcasts: u64,
     out: Vec<Outbound>,
     frame_bytes: u64,
     frames: u64,
@@ -93,6 +104,12 @@ impl Sim {
     fn new(n: usize, tier: CapacityTier, seed: u64) -> Self {
         let mut cfg = RoomConfig::for_tier(tier);
         cfg.max_members = cfg.max_members.max(n as u32);
+        if let Some(t) = std::env::var("ROOM_BENCH_THREADS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+        {
+            cfg.encode_threads = t;
+        }
         let mut room = Room::new("bench", cfg);
         let mut rng = Rng(seed);
         let mut walkers: Vec<Walker> = (0..n)
@@ -123,7 +140,7 @@ impl Sim {
             walkers,
             rng,
             tick: 1,
-            broadcast_acc: 0,
+            broadcasts: 0,
             out,
             frame_bytes: 0,
             frames: 0,
@@ -187,27 +204,47 @@ impl Sim {
         }
     }
 
-    /// One tick: inputs, then `simulate` and (when due, as [`Room::step`] schedules it)
-    /// `broadcast`. Returns the time of simulate and of broadcast (zero when not due).
+    /// One wake of the room, scheduled as the room actor's shell (`plaza-room-actor`) does it:
+    /// the room wakes at every simulation step (every 20 ms) and every broadcast (every 50 ms,
+    /// on its own evenly spaced grid), runs the step that is due (inputs, then `simulate`) and
+    /// then the broadcast that is due. Returns the time of `simulate` (zero when no step was
+    /// due) and of `broadcast` (zero when none was due).
     fn tick(&mut self) -> (Duration, Duration) {
-        self.tick += 1;
-        let now_ms = self.tick * TICK_MS;
-        self.inputs(now_ms);
-        self.out.clear();
-        let t0 = Instant::now();
-        self.room.simulate(now_ms, &mut self.out);
-        let sim = t0.elapsed();
         let cfg = self.room.config();
-        self.broadcast_acc += cfg.broadcast_hz.min(cfg.tick_hz);
+        let (step_ms, bcast_ms) = (
+            1000.0 / f64::from(cfg.tick_hz),
+            1000.0 / f64::from(cfg.broadcast_hz.min(cfg.tick_hz)),
+        );
+        let next_step = (self.tick + 1) as f64 * step_ms;
+        let next_bcast = (self.broadcasts + 1) as f64 * bcast_ms;
+        let now = next_step.min(next_bcast);
+        self.out.clear();
+        let mut sim = Duration::ZERO;
+        if next_step <= now {
+            self.tick += 1;
+            let now_ms = self.tick * TICK_MS;
+            self.inputs(now_ms);
+            let t0 = Instant::now();
+            self.room.simulate(now_ms, &mut self.out);
+            sim = t0.elapsed();
+        }
         let mut bcast = Duration::ZERO;
-        if self.broadcast_acc >= cfg.tick_hz {
-            self.broadcast_acc -= cfg.tick_hz;
+        if next_bcast <= now {
+            self.broadcasts += 1;
             let t1 = Instant::now();
             self.room.broadcast(&mut self.out);
             bcast = t1.elapsed();
         }
         self.absorb();
         (sim, bcast)
+    }
+
+    /// Wakes until `steps` more simulation steps have run.
+    fn run_steps(&mut self, steps: u64) {
+        let until = self.tick + steps;
+        while self.tick < until {
+            self.tick();
+        }
     }
 
     /// Walkers adopt corrections; frames are counted.
@@ -264,6 +301,13 @@ fn wanted(n: usize) -> bool {
         .is_none_or(|only| only == n)
 }
 
+/// `ROOM_BENCH_TIER=stadium` (or `class`) limits the tick report to rooms of that tier.
+fn wanted_tier(tier: CapacityTier) -> bool {
+    std::env::var("ROOM_BENCH_TIER")
+        .ok()
+        .is_none_or(|t| t.eq_ignore_ascii_case(&format!("{tier:?}")))
+}
+
 fn tier_for(n: usize) -> CapacityTier {
     if n >= 1000 {
         CapacityTier::Stadium
@@ -291,7 +335,10 @@ fn tick_report() {
             2000,
         )
     };
-    println!("room tick (simulate + broadcast at 20 Hz; 50 Hz ticks, {ticks} measured after 100)");
+    println!(
+        "room tick (one wake of the room: the 50 Hz step and/or the 20 Hz broadcast due; \
+         {ticks} steps measured after 100)"
+    );
     println!(
         "{:>6} {:>8} {:>4} | {:>9} {:>9} {:>9} {:>9} | {:>12} {:>12} | {:>12} {:>9}",
         "avatars",
@@ -307,18 +354,19 @@ fn tick_report() {
         "bcast p99"
     );
     let mut prev: Option<(usize, CapacityTier, f64)> = None;
-    for &(n, tier) in cases.iter().filter(|c| wanted(c.0)) {
+    for &(n, tier) in cases.iter().filter(|c| wanted(c.0) && wanted_tier(c.1)) {
         let mut sim = Sim::new(n, tier, 0x5eed + n as u64);
-        for _ in 0..100 {
-            sim.tick();
-        }
-        let mut total = Vec::with_capacity(ticks);
+        sim.run_steps(100);
+        let mut total = Vec::with_capacity(ticks * 2);
         let mut sims = Vec::with_capacity(ticks);
         let mut bcasts = Vec::with_capacity(ticks);
-        for _ in 0..ticks {
+        let until = sim.tick + ticks as u64;
+        while sim.tick < until {
             let (s, b) = sim.tick();
             total.push(s + b);
-            sims.push(s);
+            if !s.is_zero() {
+                sims.push(s);
+            }
             if !b.is_zero() {
                 bcasts.push(b);
             }
@@ -375,17 +423,13 @@ fn bandwidth_report() {
         "bytes per client per second through Room ({secs} s measured after 2 s; moves at 10 Hz)"
     );
     for &(n, tier, floor) in cases {
-        if (ci() && n > 100) || !wanted(n) {
+        if (ci() && n > 100) || !wanted(n) || !wanted_tier(tier) {
             continue;
         }
         let mut sim = Sim::new(n, tier, 0xb17e + n as u64);
-        for _ in 0..2 * TICK_HZ {
-            sim.tick();
-        }
+        sim.run_steps(2 * TICK_HZ);
         sim.reset_counters();
-        for _ in 0..secs * TICK_HZ {
-            sim.tick();
-        }
+        sim.run_steps(secs * TICK_HZ);
         let per_client = sim.frame_bytes as f64 / n as f64 / secs as f64;
         println!(
             "  {n:>5} avatars {tier:?} cap {:>3}: {per_client:>8.0} B/s ({:>5.1} kbit/s) per client, \
@@ -443,9 +487,7 @@ fn bench_tick(c: &mut Criterion) {
         .warm_up_time(Duration::from_millis(500));
     for &n in sizes {
         let mut sim = Sim::new(n, tier_for(n), 0x7e57 + n as u64);
-        for _ in 0..50 {
-            sim.tick();
-        }
+        sim.run_steps(50);
         g.bench_with_input(BenchmarkId::new("simulate+broadcast", n), &n, |b, _| {
             b.iter(|| black_box(sim.tick()))
         });

@@ -76,6 +76,21 @@ pub struct InterestIndex {
     density: f32,
 }
 
+/// The tier of squared distance `d2` in the squared bands `bands_sq`: the index of the first band
+/// that holds it, 3 beyond the last. Branch-free for ascending bands (tiers of neighbours vary at
+/// random, so a branch per band would mispredict).
+#[inline]
+// `!(d2 <= x)` on purpose: a NaN distance is beyond every band, as in the branching form.
+#[allow(clippy::neg_cmp_op_on_partial_ord)]
+pub fn tier_in(bands_sq: &[f32; 3], d2: f32) -> u8 {
+    let [a, b, c] = *bands_sq;
+    if a <= b && b <= c {
+        u8::from(!(d2 <= a)) + u8::from(!(d2 <= b)) + u8::from(!(d2 <= c))
+    } else {
+        bands_sq.iter().position(|b| d2 <= *b).unwrap_or(3) as u8
+    }
+}
+
 /// Order of candidates: nearer first, then lower id.
 fn by_distance_then_id(a: &(f32, u32), b: &(f32, u32)) -> std::cmp::Ordering {
     a.0.total_cmp(&b.0).then(a.1.cmp(&b.1))
@@ -121,8 +136,9 @@ impl InterestIndex {
     }
 
     /// The tier of an entity at squared distance `d2` from the viewer.
+    #[inline]
     pub fn tier_of(&self, d2: f32) -> u8 {
-        self.bands_sq.iter().position(|b| d2 <= *b).unwrap_or(3) as u8
+        tier_in(&self.bands_sq, d2)
     }
 
     /// The `cap` nearest entities to `at`, excluding `viewer`, ties broken by id, written into
@@ -270,6 +286,32 @@ mod tests {
                 idx.nearest(0, [-300.0, 0.0, 40.0], cap, &mut set);
                 let got: Vec<u32> = set.entries.iter().map(|e| e.0).collect();
                 assert_eq!(got, brute_force(&pts, 0, [-300.0, 0.0, 40.0], cap));
+            }
+        }
+    }
+
+    #[test]
+    fn branch_free_tiers_match_the_first_band_that_holds_the_distance() {
+        let first = |b: &[f32; 3], d2: f32| b.iter().position(|x| d2 <= *x).unwrap_or(3) as u8;
+        for bands in [
+            [1.0, 4.0, 9.0],
+            [1.0, 1.0, 9.0],
+            [9.0, 4.0, 1.0],
+            [0.0, 0.0, 0.0],
+        ] {
+            for d2 in [
+                0.0,
+                0.5,
+                1.0,
+                2.0,
+                4.0,
+                8.0,
+                9.0,
+                10.0,
+                f32::INFINITY,
+                f32::NAN,
+            ] {
+                assert_eq!(tier_in(&bands, d2), first(&bands, d2), "{bands:?} {d2}");
             }
         }
     }

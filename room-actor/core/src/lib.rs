@@ -99,6 +99,17 @@ pub struct RoomConfig {
     pub tier_bands_m: [f32; 3],
     /// Inputs a member may have queued between two ticks; older ones are dropped beyond it.
     pub max_pending_inputs: usize,
+    /// From this many members on, a broadcast's frames are spread over the steps that follow it
+    /// (0: never). Members are split into `1 + tick_hz / broadcast_hz` groups by entity id; a
+    /// broadcast encodes the first group's frames, each of the next simulation steps one more
+    /// group (of the state at that step), and the next broadcast first finishes any group still
+    /// due. Every member still gets one frame per broadcast period, always at the same phase of
+    /// it; the cost of a step is bounded by a group instead of the whole room.
+    pub spread_from_members: u32,
+    /// Threads that encode one step's frames (the room's own and scoped helpers), used when
+    /// there are at least 64 frames per thread; 1 encodes on the room's thread only. The frames
+    /// are the same whatever the count.
+    pub encode_threads: u32,
     /// The room's static geometry, bounds, spawn point and props.
     pub definition: RoomDefinition,
     /// Physics and movement-validation parameters.
@@ -124,6 +135,8 @@ impl Default for RoomConfig {
             check_every: 20,
             tier_bands_m: DEFAULT_TIER_BANDS_M,
             max_pending_inputs: 32,
+            spread_from_members: 64,
+            encode_threads: 2,
             definition: RoomDefinition::default_plaza(),
             physics: PhysicsConfig::default(),
             reach_m: DEFAULT_REACH_M,
@@ -437,6 +450,19 @@ pub struct Room {
     arena: Vec<EntityRecord>,
     /// Reused per broadcast: one viewer's interest.
     interest: InterestSet,
+    /// The interest index of the current broadcast period (built by [`Room::broadcast`]; the
+    /// groups encoded at later steps reuse it).
+    index: InterestIndex,
+    /// Frame groups of the current broadcast period (1: all frames at the broadcast).
+    groups: u32,
+    /// The next group of the current period still to encode (`groups`: none left).
+    next_group: u32,
+    /// Reused per encode pass: arena index of each avatar id, `u32::MAX` for none.
+    slot: Vec<u32>,
+    /// Reused per encode pass: each avatar's quantized position in metres, by arena index.
+    pos_m: Vec<[f32; 3]>,
+    /// Reused per encode pass: one frame's bytes.
+    frame_buf: Vec<u8>,
     /// Prop ownership.
     props: Props,
     /// Open consents.
@@ -494,6 +520,12 @@ impl Room {
             stats: RoomStats::default(),
             arena: Vec::new(),
             interest: InterestSet::default(),
+            index: InterestIndex::default(),
+            groups: 1,
+            next_group: 1,
+            slot: Vec::new(),
+            pos_m: Vec::new(),
+            frame_buf: Vec::new(),
         }
     }
 
@@ -637,6 +669,13 @@ impl Room {
         let tick = self.tick;
         for (to, body) in self.scenes.finish_tick(tick) {
             self.emit(to, body, out);
+        }
+        // The next group of the current broadcast period, if its frames are spread.
+        if self.next_group < self.groups {
+            let g = self.next_group;
+            self.next_group += 1;
+            self.build_arena();
+            self.encode_frames(g..g + 1, out);
         }
     }
 
@@ -1040,12 +1079,45 @@ impl Room {
         self.emit(vec![c.requester.session, c.target.session], body, out);
     }
 
-    /// Encode and emit one frame per member from the current state.
+    /// Start a broadcast period: every member gets one frame of the current state, at once or
+    /// (from [`RoomConfig::spread_from_members`] members on) spread over this call and the
+    /// simulation steps that follow it. Frames of the previous period that are still due go
+    /// first.
     ///
     /// Performance: runs every broadcast.
     pub fn broadcast(&mut self, out: &mut Vec<Outbound>) {
+        self.build_arena();
+        let avatars = self.avatars();
+        self.index = InterestIndex::build(
+            self.arena[..avatars]
+                .iter()
+                .map(|r| (r.id, r.pose.position_m())),
+            self.cfg.tier_bands_m,
+        );
+        if self.next_group < self.groups {
+            let rest = self.next_group..self.groups;
+            self.encode_frames(rest, out);
+        }
         self.stats.broadcasts += 1;
-        // Quantize every avatar once (the arena), sorted by entity id.
+        let spread = self.cfg.spread_from_members > 0
+            && self.members.len() >= self.cfg.spread_from_members as usize;
+        self.groups = if spread {
+            (1 + self.cfg.tick_hz / self.cfg.broadcast_hz.max(1)).clamp(1, 16)
+        } else {
+            1
+        };
+        self.next_group = 1;
+        self.encode_frames(0..1, out);
+    }
+
+    /// Avatars in the arena (they come first, props after them).
+    fn avatars(&self) -> usize {
+        self.arena.partition_point(|r| r.kind != PROP_KIND)
+    }
+
+    /// Quantize every avatar once (sorted by entity id), then every prop, into the arena; index
+    /// the avatars' positions by id.
+    fn build_arena(&mut self) {
         self.arena.clear();
         for m in self.members.values() {
             self.arena.push(EntityRecord {
@@ -1075,80 +1147,196 @@ impl Room {
                 pose: quantize(&pose),
             });
         }
-        let index = InterestIndex::build(
-            self.arena[..avatars]
-                .iter()
-                .map(|r| (r.id, r.pose.position_m())),
-            self.cfg.tier_bands_m,
-        );
-        let bands_sq = self.cfg.tier_bands_m.map(|b| b * b);
-        let cap = self.cfg.interest_cap as usize;
-        let tick = self.tick as u32;
-        let mut visible: Vec<Visible<'_>> = Vec::with_capacity(cap.min(self.arena.len()));
-        // Arena index of each avatar id (ids are small and dense), `u32::MAX` for none.
+        // Arena index of each avatar id (ids are small and dense), `u32::MAX` for none, and
+        // each avatar's position in metres (converted once).
         let max_id = self.arena[..avatars].last().map_or(0, |r| r.id as usize);
-        let mut slot = vec![u32::MAX; max_id + 1];
+        self.slot.clear();
+        self.slot.resize(max_id + 1, u32::MAX);
+        self.pos_m.clear();
         for (i, r) in self.arena[..avatars].iter().enumerate() {
-            slot[r.id as usize] = i as u32;
+            self.slot[r.id as usize] = i as u32;
+            self.pos_m.push(r.pose.position_m());
         }
-        let slot_of = |id: u32| slot.get(id as usize).copied().filter(|s| *s != u32::MAX);
-        // Each avatar's quantized position in metres, by arena index (converted once).
-        let pos_m: Vec<[f32; 3]> = self.arena[..avatars]
-            .iter()
-            .map(|r| r.pose.position_m())
+    }
+
+    /// Encode and emit one frame for each member whose group (entity id modulo the period's
+    /// group count) is in `groups`, from the arena and the period's interest index, in session
+    /// order. With [`RoomConfig::encode_threads`] above 1 and enough frames, the members are
+    /// split into that many runs encoded on scoped threads; the frames and their order are the
+    /// same either way.
+    fn encode_frames(&mut self, groups: std::ops::Range<u32>, out: &mut Vec<Outbound>) {
+        let k = self.groups.max(1);
+        let ctx = EncodeCtx {
+            arena: &self.arena,
+            avatars: self.avatars(),
+            index: &self.index,
+            slot: &self.slot,
+            pos_m: &self.pos_m,
+            bands_sq: self.cfg.tier_bands_m.map(|b| b * b),
+            cap: self.cfg.interest_cap as usize,
+            tick: self.tick as u32,
+            // Interest is recomputed every `REFRESH_EVERY`-th broadcast per member, staggered
+            // by entity; in between a member keeps whom it saw (see `interest::REFRESH_EVERY`).
+            phase: self.stats.broadcasts,
+        };
+        let mut jobs: Vec<(SessionId, &mut Member)> = self
+            .members
+            .iter_mut()
+            .filter(|(_, m)| groups.contains(&(m.entity % k)))
+            .map(|(s, m)| (*s, m))
             .collect();
-        // Interest is recomputed every `REFRESH_EVERY`-th broadcast per member, staggered by
-        // entity; in between a member keeps whom it saw (see `interest::REFRESH_EVERY`).
-        let refresh_all = avatars <= cap + 1;
-        let phase = self.stats.broadcasts;
-        let mut buf = Vec::new();
-        for (session, m) in self.members.iter_mut() {
-            let at = slot_of(m.entity).map_or(m.pose.position, |i| pos_m[i as usize]);
-            if refresh_all
-                || m.seen.is_empty()
-                || (phase + u64::from(m.entity)).is_multiple_of(interest::REFRESH_EVERY)
-            {
-                index.nearest(m.entity, at, cap, &mut self.interest);
-                m.seen.clear();
-                m.seen.extend(self.interest.entries.iter().map(|e| e.0));
-            }
-            visible.clear();
-            m.seen.retain(|id| slot_of(*id).is_some());
-            for id in &m.seen {
-                let Some(i) = slot_of(*id) else { continue };
-                let record = &self.arena[i as usize];
+        let threads = (self.cfg.encode_threads.max(1) as usize)
+            .min(jobs.len() / PARALLEL_MIN_FRAMES)
+            .max(1);
+        let stats = &mut self.stats;
+        if threads == 1 {
+            let mut scratch = EncodeScratch {
+                interest: std::mem::take(&mut self.interest),
+                buf: std::mem::take(&mut self.frame_buf),
+            };
+            encode_run(&ctx, &mut jobs, &mut scratch, stats, out);
+            self.interest = scratch.interest;
+            self.frame_buf = scratch.buf;
+            return;
+        }
+        let per = jobs.len().div_ceil(threads);
+        let mut runs = jobs.chunks_mut(per);
+        let first = runs.next().unwrap_or_default();
+        let ctx = &ctx;
+        let results: Vec<(Vec<Outbound>, RoomStats)> = std::thread::scope(|scope| {
+            let handles: Vec<_> = runs
+                .map(|run| {
+                    scope.spawn(move || {
+                        let mut scratch = EncodeScratch::default();
+                        let mut stats = RoomStats::default();
+                        let mut out = Vec::with_capacity(run.len());
+                        encode_run(ctx, run, &mut scratch, &mut stats, &mut out);
+                        (out, stats)
+                    })
+                })
+                .collect();
+            let mut scratch = EncodeScratch {
+                interest: std::mem::take(&mut self.interest),
+                buf: std::mem::take(&mut self.frame_buf),
+            };
+            encode_run(ctx, first, &mut scratch, stats, out);
+            self.interest = scratch.interest;
+            self.frame_buf = scratch.buf;
+            handles
+                .into_iter()
+                .map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
+                .collect()
+        });
+        for (frames, st) in results {
+            out.extend(frames);
+            stats.frames += st.frames;
+            stats.frame_bytes += st.frame_bytes;
+            stats.deferrals += st.deferrals;
+            stats.keyframes += st.keyframes;
+        }
+    }
+}
+
+/// A pass of [`Room::encode_frames`] runs on threads only with at least this many frames per
+/// thread (below it a thread costs more than it saves).
+const PARALLEL_MIN_FRAMES: usize = 64;
+
+/// What every member's frame of one encode pass reads (shared by the threads of a pass).
+struct EncodeCtx<'a> {
+    arena: &'a [EntityRecord],
+    /// Avatars in the arena (props after them).
+    avatars: usize,
+    index: &'a InterestIndex,
+    /// Arena index of each avatar id, `u32::MAX` for none.
+    slot: &'a [u32],
+    /// Each avatar's position in metres, by arena index.
+    pos_m: &'a [[f32; 3]],
+    bands_sq: [f32; 3],
+    cap: usize,
+    tick: u32,
+    phase: u64,
+}
+
+/// Buffers one thread of an encode pass reuses from frame to frame.
+#[derive(Default)]
+struct EncodeScratch {
+    interest: InterestSet,
+    buf: Vec<u8>,
+}
+
+/// Encodes one frame for each of `jobs`, in order, appending them to `out` and counting them in
+/// `stats`.
+fn encode_run(
+    ctx: &EncodeCtx<'_>,
+    jobs: &mut [(SessionId, &mut Member)],
+    scratch: &mut EncodeScratch,
+    stats: &mut RoomStats,
+    out: &mut Vec<Outbound>,
+) {
+    let EncodeCtx {
+        arena,
+        avatars,
+        index,
+        slot,
+        pos_m,
+        bands_sq,
+        cap,
+        tick,
+        phase,
+    } = *ctx;
+    let slot_of = |id: u32| slot.get(id as usize).copied().filter(|s| *s != u32::MAX);
+    let refresh_all = avatars <= cap + 1;
+    let mut visible: Vec<Visible<'_>> = Vec::with_capacity(cap.min(arena.len()) + 8);
+    for (session, m) in jobs.iter_mut() {
+        let at = slot_of(m.entity).map_or(m.pose.position, |i| pos_m[i as usize]);
+        if refresh_all
+            || m.seen.is_empty()
+            || (phase + u64::from(m.entity)).is_multiple_of(interest::REFRESH_EVERY)
+        {
+            index.nearest(m.entity, at, cap, &mut scratch.interest);
+            m.seen.clear();
+            m.seen.extend(scratch.interest.entries.iter().map(|e| e.0));
+        }
+        // Whom the member sees, minus those who left, with tiers from the current distance.
+        visible.clear();
+        m.seen.retain(|id| match slot_of(*id) {
+            Some(i) => {
+                let record = &arena[i as usize];
                 let p = pos_m[i as usize];
                 let (dx, dy, dz) = (p[0] - at[0], p[1] - at[1], p[2] - at[2]);
                 let tier = index.tier_of(dx * dx + dy * dy + dz * dz);
                 visible.push(Visible { record, tier });
+                true
             }
-            for record in &self.arena[avatars..] {
-                let p = record.pose.position_m();
-                let d2 = (0..3).map(|k| (p[k] - at[k]) * (p[k] - at[k])).sum::<f32>();
-                let tier = bands_sq.iter().position(|b| d2 <= *b).unwrap_or(3) as u8;
-                visible.push(Visible { record, tier });
-            }
-            let own = OwnState {
-                entity: m.entity,
-                pose: m.pose,
-                last_input_seq: m.last_input_seq,
-            };
-            buf.clear();
-            let st = m.encoder.encode(tick, Some(&own), &visible, &mut buf);
-            // One exact-size allocation per frame; `buf` keeps its capacity.
-            let bytes = buf.clone();
-            self.stats.frames += 1;
-            self.stats.frame_bytes += bytes.len() as u64;
-            self.stats.deferrals += u64::from(st.deferred);
-            if st.keyframe {
-                self.stats.keyframes += 1;
-            }
-            out.push(Outbound::Frame {
-                session: *session,
-                bytes,
-                keyframe: st.keyframe,
-            });
+            None => false,
+        });
+        for record in &arena[avatars..] {
+            let p = record.pose.position_m();
+            let d2 = (0..3).map(|k| (p[k] - at[k]) * (p[k] - at[k])).sum::<f32>();
+            let tier = interest::tier_in(&bands_sq, d2);
+            visible.push(Visible { record, tier });
         }
+        let own = OwnState {
+            entity: m.entity,
+            pose: m.pose,
+            last_input_seq: m.last_input_seq,
+        };
+        let buf = &mut scratch.buf;
+        buf.clear();
+        let st = m.encoder.encode(tick, Some(&own), &visible, buf);
+        // One exact-size allocation per frame; `buf` keeps its capacity.
+        let bytes = buf.clone();
+        stats.frames += 1;
+        stats.frame_bytes += bytes.len() as u64;
+        stats.deferrals += u64::from(st.deferred);
+        if st.keyframe {
+            stats.keyframes += 1;
+        }
+        out.push(Outbound::Frame {
+            session: *session,
+            bytes,
+            keyframe: st.keyframe,
+        });
     }
 }
 
@@ -1168,3 +1356,198 @@ fn spawn_point(center: [f32; 3], entity: u32) -> [f32; 3] {
 mod proptests;
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod spread_tests {
+    use std::collections::BTreeMap;
+
+    use plaza_proto::frame::FrameDecoder;
+
+    use super::*;
+
+    /// A room with sessions `1..=n` joined (the joins applied by one step at 20 ms).
+    fn room_with(n: u64, cfg: RoomConfig) -> Room {
+        let mut room = Room::new("spread", cfg);
+        for s in 1..=n {
+            room.join(s);
+        }
+        let mut out = Vec::new();
+        room.simulate(20, &mut out);
+        assert_eq!(room.member_count(), n as usize);
+        room
+    }
+
+    /// Every member walks along x, one move per 100 ms (a fifth of them per step).
+    fn moves(room: &mut Room, step: u64) {
+        let sessions: Vec<(SessionId, Pose)> =
+            room.members.iter().map(|(s, m)| (*s, m.pose)).collect();
+        for (s, pose) in sessions {
+            if s % 5 != step % 5 {
+                continue;
+            }
+            let t = step as f64 * 0.02;
+            let mut p = pose;
+            p.position[0] += 0.1;
+            p.velocity = [1.0, 0.0, 0.0];
+            p.movement_kind = 1;
+            room.input(
+                s,
+                Input::Move(MoveInput {
+                    seq: step as u32,
+                    pose: p,
+                    timestamp_s: t,
+                    is_instant: false,
+                }),
+            );
+        }
+    }
+
+    /// Frames of `out` by session, applied to each session's decoder (every one must apply).
+    fn deliver(
+        out: &[Outbound],
+        decoders: &mut BTreeMap<SessionId, FrameDecoder>,
+    ) -> BTreeMap<SessionId, u32> {
+        let mut got = BTreeMap::new();
+        for o in out {
+            if let Outbound::Frame { session, bytes, .. } = o {
+                decoders
+                    .entry(*session)
+                    .or_default()
+                    .apply(bytes)
+                    .expect("every frame applies");
+                *got.entry(*session).or_default() += 1;
+            }
+        }
+        got
+    }
+
+    /// Every client holds exactly what its encoder says it holds (its nearest avatars + props).
+    fn assert_holds_what_encoders_sent(room: &Room, decoders: &BTreeMap<SessionId, FrameDecoder>) {
+        assert_eq!(decoders.len(), room.member_count());
+        for (s, d) in decoders {
+            let enc = &room.members[s].encoder;
+            assert_eq!(d.len(), enc.held_len(), "session {s}");
+            let others = (room.member_count() - 1).min(room.config().interest_cap as usize);
+            assert!(d.len() >= others, "session {s} sees its nearest");
+            assert_eq!(d.check(), enc.held_check(), "session {s}");
+        }
+    }
+
+    #[test]
+    fn spread_frames_reach_every_member_once_per_broadcast_period_at_a_fixed_phase() {
+        let cfg = RoomConfig {
+            spread_from_members: 8,
+            ..RoomConfig::default()
+        };
+        let mut room = room_with(40, cfg);
+        let mut decoders = BTreeMap::new();
+        // The shell's schedule: steps every 20 ms, broadcasts every 50 ms on their own grid, the
+        // step first when both are due.
+        let (mut steps, mut bcasts) = (1u64, 0u64);
+        // Frames per session since the last broadcast call; the wake (0: the broadcast's own)
+        // at which each session got its frame in the last complete period.
+        let mut period: BTreeMap<SessionId, u32> = BTreeMap::new();
+        let mut wake_in_period = 0u32;
+        let mut phase_of: BTreeMap<SessionId, u32> = BTreeMap::new();
+        let mut periods_checked = 0;
+        while steps < 200 {
+            let next_step = (steps + 1) * 20;
+            let next_bcast = (bcasts + 1) * 50;
+            let now = next_step.min(next_bcast);
+            let mut out = Vec::new();
+            let mut step_out = Vec::new();
+            if next_step == now {
+                steps += 1;
+                moves(&mut room, steps);
+                room.simulate(now, &mut step_out);
+            }
+            for (s, n) in deliver(&step_out, &mut decoders) {
+                *period.entry(s).or_default() += n;
+                if bcasts > 1 {
+                    let phase = *phase_of.entry(s).or_insert(wake_in_period);
+                    assert_eq!(phase, wake_in_period, "session {s} keeps its phase");
+                }
+            }
+            if next_bcast == now {
+                bcasts += 1;
+                if bcasts > 1 {
+                    // A complete period: one frame for every member, none left for the flush.
+                    assert_eq!(period.len(), 40, "every member got a frame");
+                    assert!(period.values().all(|n| *n == 1), "{period:?}");
+                    periods_checked += 1;
+                }
+                period.clear();
+                wake_in_period = 0;
+                room.broadcast(&mut out);
+                for (s, n) in deliver(&out, &mut decoders) {
+                    *period.entry(s).or_default() += n;
+                    if bcasts > 1 {
+                        let phase = *phase_of.entry(s).or_insert(0);
+                        assert_eq!(phase, 0, "session {s} keeps its phase");
+                    }
+                }
+            }
+            wake_in_period += 1;
+        }
+        assert!(periods_checked >= 70, "{periods_checked}");
+        // The work is spread: every phase (the broadcast and the two steps after it) has members.
+        let mut per_phase = [0; 3];
+        for p in phase_of.values() {
+            per_phase[*p as usize % 3] += 1;
+        }
+        assert!(per_phase.iter().all(|n| *n >= 10), "{per_phase:?}");
+        assert_holds_what_encoders_sent(&room, &decoders);
+    }
+
+    #[test]
+    fn spread_frames_through_step_keep_the_broadcast_rate() {
+        let cfg = RoomConfig {
+            spread_from_members: 8,
+            ..RoomConfig::default()
+        };
+        let mut room = room_with(24, cfg);
+        let mut decoders = BTreeMap::new();
+        let mut frames: BTreeMap<SessionId, u32> = BTreeMap::new();
+        for t in 2..=101u64 {
+            moves(&mut room, t);
+            let mut out = Vec::new();
+            room.step(t * 20, &mut out);
+            for (s, n) in deliver(&out, &mut decoders) {
+                assert_eq!(n, 1, "one frame per step at most");
+                *frames.entry(s).or_default() += n;
+            }
+        }
+        // 100 steps at 50 Hz are 40 broadcast periods at 20 Hz: 40 frames each, give or take
+        // the period still under way.
+        assert_eq!(frames.len(), 24);
+        assert!(frames.values().all(|n| (39..=40).contains(n)), "{frames:?}");
+        assert_holds_what_encoders_sent(&room, &decoders);
+    }
+
+    #[test]
+    fn encode_threads_give_the_same_frames() {
+        let run = |threads: u32, spread: u32| {
+            let cfg = RoomConfig {
+                encode_threads: threads,
+                spread_from_members: spread,
+                max_members: 200,
+                ..RoomConfig::default()
+            };
+            let mut room = room_with(140, cfg);
+            let mut all = Vec::new();
+            for t in 2..=12u64 {
+                moves(&mut room, t);
+                room.step(t * 20, &mut all);
+            }
+            (all, room.stats().frames, room.stats().frame_bytes)
+        };
+        for spread in [0, 64] {
+            let one = run(1, spread);
+            let two = run(2, spread);
+            assert!(one.1 > 0);
+            assert_eq!(one.1, two.1);
+            assert_eq!(one.2, two.2);
+            assert!(one.0 == two.0, "same outbound, in the same order");
+        }
+    }
+}

@@ -860,7 +860,7 @@ fn restore_drops_what_does_not_fit_together() {
     bad.emotes.insert(77, Default::default());
     bad.scenes.insert(
         "ghost".into(),
-        crate::scene::Scene {
+        scene::Scene {
             clients: [(77, (5, SceneClientState::Normal))].into(),
             ..Default::default()
         },
