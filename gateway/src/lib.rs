@@ -3,7 +3,8 @@
 //! Clients connect to `/v1/ws` and speak `plaza.v1` envelopes, one per binary frame. The gateway
 //! negotiates the version, authenticates (dev mode issues guests), enforces limits (frame size,
 //! input rates, a bounded outbound queue, the handshake deadline), pins each session to the
-//! node that hosts its room over the `RoomHost` gRPC service, and closes every refused
+//! node that hosts its room over the `RoomHost` gRPC service (or, for the node in its own
+//! process, over in-process channels: [`router::LocalNode`]), and closes every refused
 //! connection with a typed code ([`close::CloseCode`]).
 //!
 //! # Layout
@@ -42,7 +43,7 @@ use crate::auth::{Authenticator, DevAuthenticator};
 use crate::limits::Limits;
 use crate::metrics::GatewayMetrics;
 use crate::resume::ResumeStore;
-use crate::router::Router;
+use crate::router::{LocalNode, Router, RouterArgs};
 
 /// How a gateway runs.
 #[derive(Clone, Debug)]
@@ -125,6 +126,18 @@ impl Gateway {
         metrics: GatewayMetrics,
         auth: Arc<dyn Authenticator>,
     ) -> Result<Self, GatewayError> {
+        Self::start_with(cfg, directory, metrics, auth, None).await
+    }
+
+    /// As [`Gateway::start_with_auth`], with the room node that runs in this process (if any):
+    /// sessions whose room it hosts attach to it through channels, not gRPC.
+    pub async fn start_with(
+        cfg: GatewayConfig,
+        directory: SharedDirectory,
+        metrics: GatewayMetrics,
+        auth: Arc<dyn Authenticator>,
+        local: Option<Arc<dyn LocalNode>>,
+    ) -> Result<Self, GatewayError> {
         let listener =
             TcpListener::bind(cfg.listen)
                 .await
@@ -136,7 +149,11 @@ impl Gateway {
             addr: cfg.listen,
             source,
         })?;
-        let router = Router::start(directory.clone()).await?;
+        let router = Router::start_with(RouterArgs {
+            directory: directory.clone(),
+            local,
+        })
+        .await?;
         let (shutdown, shutdown_rx) = watch::channel(false);
         let shared = Arc::new(Shared {
             limits: cfg.limits.clone(),

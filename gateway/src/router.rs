@@ -1,6 +1,10 @@
 //! The gateway router actor: owns the session → room-node routes and one HTTP/2 channel per
 //! room node.
 //!
+//! A node that runs in the gateway's own process (`plaza up`) is reached through a
+//! [`LocalNode`] instead: sessions attach to it over in-process channels with the same
+//! messages, and no HTTP/2 stream (other nodes of the cluster are still reached over gRPC).
+//!
 //! Pinning resolves the room's placement in the directory (placing it on a live node if it has
 //! none), reuses the node's channel, and records the route. A route is dropped when its session
 //! ends; `invalidate` forgets a room's cached placement after its stream broke or an attach
@@ -13,16 +17,56 @@
 //! the directory's own pick is used.
 
 use std::collections::HashMap;
+use std::pin::Pin;
+use std::sync::Arc;
 use std::time::Duration;
 
 use plaza_directory::{NodeInfo, SharedDirectory, rendezvous_pick};
 use plaza_proto::node::room_host_client::RoomHostClient;
+use plaza_proto::node::{AttachRequest, NodeInbound, NodeOutbound};
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
+use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tonic::transport::{Channel, Endpoint};
 
 /// How long the node of an invalidated room is skipped by new placements.
 pub const SUSPECT_FOR: Duration = Duration::from_secs(3);
+
+/// What [`LocalNode::attach`] returns: the session's outbound channel, or the `Status` the
+/// gRPC call would have failed with.
+pub type LocalAttach =
+    Pin<Box<dyn Future<Output = Result<mpsc::Receiver<NodeOutbound>, tonic::Status>> + Send>>;
+
+/// A room node in the gateway's own process, attached to through channels instead of gRPC.
+///
+/// The contract is the `RoomHost/Attach` stream's: `request` is the stream's first message;
+/// `inbound` carries the rest (envelopes, keyframe requests) and dropping its sender detaches
+/// the session; the returned receiver carries what the response stream would (ack, frames
+/// with their droppable/keyframe flags, detach) and ends when the node drops the session.
+pub trait LocalNode: Send + Sync + 'static {
+    /// The node's id as registered in the directory.
+    fn node_id(&self) -> &str;
+    /// Attaches a session.
+    fn attach(&self, request: AttachRequest, inbound: mpsc::Receiver<NodeInbound>) -> LocalAttach;
+}
+
+/// How a route reaches its node.
+#[derive(Clone)]
+pub enum Transport {
+    /// Over the node's shared HTTP/2 channel.
+    Grpc(RoomHostClient<Channel>),
+    /// In this process.
+    Local(Arc<dyn LocalNode>),
+}
+
+impl std::fmt::Debug for Transport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Grpc(_) => f.write_str("Grpc"),
+            Self::Local(n) => write!(f, "Local({})", n.node_id()),
+        }
+    }
+}
 
 /// Where a session is pinned.
 #[derive(Clone, Debug)]
@@ -31,8 +75,8 @@ pub struct Route {
     pub node_id: String,
     /// Its gRPC address.
     pub addr: String,
-    /// A client on the node's shared channel.
-    pub client: RoomHostClient<Channel>,
+    /// How to reach it.
+    pub transport: Transport,
 }
 
 /// Why a pin failed.
@@ -96,24 +140,35 @@ pub struct RouterState {
     nodes: HashMap<String, Route>,
     /// node id → until when new placements skip it.
     suspects: HashMap<String, Instant>,
+    /// The node in this process, if any.
+    local: Option<Arc<dyn LocalNode>>,
+}
+
+/// What the router starts with.
+pub struct RouterArgs {
+    /// The directory (placements, live nodes).
+    pub directory: SharedDirectory,
+    /// The node in this process, if any.
+    pub local: Option<Arc<dyn LocalNode>>,
 }
 
 impl Actor for RouterActor {
     type Msg = RouterMsg;
     type State = RouterState;
-    type Arguments = SharedDirectory;
+    type Arguments = RouterArgs;
 
     async fn pre_start(
         &self,
         _myself: ActorRef<RouterMsg>,
-        directory: SharedDirectory,
+        args: RouterArgs,
     ) -> Result<RouterState, ActorProcessingErr> {
         Ok(RouterState {
-            directory,
+            directory: args.directory,
             routes: HashMap::new(),
             placements: HashMap::new(),
             nodes: HashMap::new(),
             suspects: HashMap::new(),
+            local: args.local,
         })
     }
 
@@ -175,7 +230,14 @@ impl RouterState {
                     None => self.place_unsuspected(room).await?,
                 };
                 if self.nodes.get(&node.id).is_none_or(|r| r.addr != node.addr) {
-                    let route = connect(&node.id, &node.addr)?;
+                    let route = match &self.local {
+                        Some(l) if l.node_id() == node.id => Route {
+                            node_id: node.id.clone(),
+                            addr: node.addr.clone(),
+                            transport: Transport::Local(l.clone()),
+                        },
+                        _ => connect(&node.id, &node.addr)?,
+                    };
                     self.nodes.insert(node.id.clone(), route);
                 }
                 self.placements.insert(room.to_owned(), node.id.clone());
@@ -230,7 +292,7 @@ fn connect(node_id: &str, addr: &str) -> Result<Route, PinError> {
     Ok(Route {
         node_id: node_id.to_owned(),
         addr: addr.to_owned(),
-        client: RoomHostClient::new(channel),
+        transport: Transport::Grpc(RoomHostClient::new(channel)),
     })
 }
 
@@ -243,7 +305,16 @@ pub struct Router {
 impl Router {
     /// Starts the router.
     pub async fn start(directory: SharedDirectory) -> Result<Self, PinError> {
-        let (actor, _) = Actor::spawn(None, RouterActor, directory)
+        Self::start_with(RouterArgs {
+            directory,
+            local: None,
+        })
+        .await
+    }
+
+    /// Starts the router with the node of this process, if any.
+    pub async fn start_with(args: RouterArgs) -> Result<Self, PinError> {
+        let (actor, _) = Actor::spawn(None, RouterActor, args)
             .await
             .map_err(|_| PinError::Unavailable)?;
         Ok(Self { actor })

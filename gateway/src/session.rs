@@ -26,6 +26,7 @@ use crate::close::CloseCode;
 use crate::limits::{TokenBucket, Verdict};
 use crate::queue::{OutItem, OutQueue, Pushed};
 use crate::resume::ResumeEntry;
+use crate::router::Transport;
 
 /// Runs one connection to its end.
 pub(crate) async fn run(socket: WebSocket, shared: Arc<Shared>) {
@@ -78,8 +79,24 @@ async fn writer(mut sink: SplitSink<WebSocket, Message>, q: Arc<OutQueue>, share
 struct NodeLink {
     room: String,
     tx: mpsc::Sender<NodeInbound>,
-    stream: tonic::Streaming<NodeOutbound>,
+    stream: Downlink,
     entity: u32,
+}
+
+/// What the node sends the session: the gRPC response stream, or the channel of a node in
+/// this process (same messages; its end is the stream's end).
+enum Downlink {
+    Grpc(Box<tonic::Streaming<NodeOutbound>>),
+    Local(mpsc::Receiver<NodeOutbound>),
+}
+
+impl Downlink {
+    async fn recv(&mut self) -> Option<Result<NodeOutbound, tonic::Status>> {
+        match self {
+            Self::Grpc(s) => s.message().await.transpose(),
+            Self::Local(rx) => rx.recv().await.map(Ok),
+        }
+    }
 }
 
 enum Step {
@@ -555,35 +572,45 @@ impl Session {
             .await
             .map_err(|e| AttachFail::Retry(e.to_string()))?;
         let (tx, rx) = mpsc::channel(64);
-        let req = NodeInbound {
-            body: Some(node_inbound::Body::Attach(node::AttachRequest {
-                room_id: room.to_owned(),
-                session_id: self.session_id,
-                wallet: self.wallet.clone(),
-                resume_entity: entity,
-                resume,
-            })),
+        let attach = node::AttachRequest {
+            room_id: room.to_owned(),
+            session_id: self.session_id,
+            wallet: self.wallet.clone(),
+            resume_entity: entity,
+            resume,
         };
-        tx.try_send(req)
-            .map_err(|_| AttachFail::Retry("channel".into()))?;
-        let mut client = route.client.clone();
         let span = tracing::info_span!("gateway.attach", room, node = %route.node_id, resume);
-        let mut req = tonic::Request::new(ReceiverStream::new(rx));
-        span.in_scope(|| crate::trace::inject(&mut req));
-        let resp = client
-            .attach(req)
-            .instrument(span)
-            .await
-            .map_err(|s| match s.code() {
-                tonic::Code::InvalidArgument => AttachFail::Invalid(s.message().to_owned()),
-                _ => AttachFail::Retry(s.to_string()),
-            })?;
-        let mut stream = resp.into_inner();
-        let first = tokio::time::timeout(Duration::from_secs(5), stream.message())
+        let refused = |s: tonic::Status| match s.code() {
+            tonic::Code::InvalidArgument => AttachFail::Invalid(s.message().to_owned()),
+            _ => AttachFail::Retry(s.to_string()),
+        };
+        let mut stream = match &route.transport {
+            Transport::Grpc(client) => {
+                let req = NodeInbound {
+                    body: Some(node_inbound::Body::Attach(attach)),
+                };
+                tx.try_send(req)
+                    .map_err(|_| AttachFail::Retry("channel".into()))?;
+                let mut client = client.clone();
+                let mut req = tonic::Request::new(ReceiverStream::new(rx));
+                span.in_scope(|| crate::trace::inject(&mut req));
+                let resp = client.attach(req).instrument(span).await.map_err(refused)?;
+                Downlink::Grpc(Box::new(resp.into_inner()))
+            }
+            Transport::Local(local) => {
+                let rx = local
+                    .attach(attach, rx)
+                    .instrument(span)
+                    .await
+                    .map_err(refused)?;
+                Downlink::Local(rx)
+            }
+        };
+        let first = tokio::time::timeout(Duration::from_secs(5), stream.recv())
             .await
             .map_err(|_| AttachFail::Retry("no ack".into()))?
-            .map_err(|s| AttachFail::Retry(s.to_string()))?
-            .ok_or_else(|| AttachFail::Retry("stream ended before ack".into()))?;
+            .ok_or_else(|| AttachFail::Retry("stream ended before ack".into()))?
+            .map_err(|s| AttachFail::Retry(s.to_string()))?;
         match first.body {
             Some(node_outbound::Body::Ack(a)) => Ok(NodeLink {
                 room: room.to_owned(),
@@ -667,7 +694,7 @@ fn is_shutdown(rx: &tokio::sync::watch::Receiver<bool>) -> bool {
 
 async fn next_node(link: &mut Option<NodeLink>) -> Option<Result<NodeOutbound, tonic::Status>> {
     match link {
-        Some(l) => l.stream.message().await.transpose(),
+        Some(l) => l.stream.recv().await,
         None => std::future::pending().await,
     }
 }

@@ -10,7 +10,7 @@
 //!
 //! Not here: spawning bots, the time series and the report (see `lib.rs` and `report.rs`).
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -35,7 +35,7 @@ use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 use crate::Shared;
 use crate::rate::SendRate;
 use crate::scenario::{BotKind, BotMix};
-use crate::seen::{OwnMoves, RoomMoves};
+use crate::seen::{IdMap, OwnMoves, RoomMoves};
 use crate::stats::{Counters, LocalSamples, Metric};
 use crate::walk::{Pose, Walker};
 
@@ -171,7 +171,7 @@ pub(crate) struct Bot {
     own_entity: Option<u32>,
     room_moves: Arc<RoomMoves>,
     own_moves: Option<OwnMoves>,
-    seen_last: HashMap<u32, u64>,
+    seen_last: IdMap<u64>,
     last_frame_at: Option<Instant>,
     resync_sent_at: Option<Instant>,
     /// The next frame is the join's keyframe (not a server-initiated one).
@@ -215,7 +215,7 @@ impl Bot {
             own_entity: None,
             room_moves,
             own_moves: None,
-            seen_last: HashMap::new(),
+            seen_last: IdMap::default(),
             last_frame_at: None,
             resync_sent_at: None,
             expect_keyframe: true,
@@ -413,7 +413,7 @@ impl Bot {
                 Some(Err(e)) => return Err(e.into()),
                 Some(Ok(Message::Binary(b))) => {
                     self.samples.down_bytes += b.len() as u64;
-                    let env = match ServerEnvelope::decode(b.as_ref()) {
+                    let env = match ServerEnvelope::decode(b) {
                         Ok(env) => env,
                         Err(e) => {
                             self.count_decode_error("envelope");
@@ -492,7 +492,7 @@ impl Bot {
             }
             Some(Ok(Message::Binary(b))) => {
                 self.samples.down_bytes += b.len() as u64;
-                match ServerEnvelope::decode(b.as_ref()) {
+                match ServerEnvelope::decode(b) {
                     Ok(ServerEnvelope {
                         body: Some(body), ..
                     }) => self
@@ -798,7 +798,7 @@ impl Bot {
             ..Movement::default()
         };
         self.send(ws, CBody::Movement(m)).await?;
-        if let Some(own) = &self.own_moves {
+        if let Some(own) = &mut self.own_moves {
             own.sent(now, pose.position);
         }
         self.samples.movements += 1;

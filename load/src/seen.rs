@@ -11,10 +11,17 @@
 //! **Every observer records** (not only the first): a move in a room of N bots yields up to
 //! N - 1 samples, so p99 reflects what clients see, not the luckiest client. This module does
 //! not decode frames and does not record histograms itself.
+//!
+//! Matching runs for every changed entity of every decoded frame (hundreds of thousands of times
+//! a second), so a ring is read without a lock: each slot is a small seqlock (its send id is
+//! zeroed while the owner rewrites it, and readers skip a slot whose id changed under them), and
+//! entity maps use a multiplicative hash of the id instead of SipHash. The owner writes its ring
+//! at its send rate (≤ 10 Hz); readers never write shared memory.
 
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering, fence};
 use std::time::Instant;
 
 use parking_lot::{Mutex, RwLock};
@@ -22,45 +29,114 @@ use parking_lot::{Mutex, RwLock};
 /// Sends remembered per entity.
 pub(crate) const RING: usize = 16;
 
+/// A hasher for entity ids (small integers): one multiplication, no SipHash rounds.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct IdHasher(u64);
+
+impl Hasher for IdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ u64::from(*b)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        }
+    }
+
+    fn write_u32(&mut self, n: u32) {
+        self.0 = (self.0 ^ u64::from(n)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+}
+
+/// A map keyed by entity id.
+pub(crate) type IdMap<V> = HashMap<u32, V, BuildHasherDefault<IdHasher>>;
+
 /// One remembered movement send.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 struct Sent {
     id: u64,
-    at: Instant,
+    /// Microseconds since the room table's epoch.
+    at_us: u64,
     x: f32,
     z: f32,
 }
 
-/// The last sends of one entity.
+/// One ring slot, a seqlock keyed by the send id (0: empty or being written).
+#[derive(Debug, Default)]
+struct Slot {
+    id: AtomicU64,
+    at_us: AtomicU64,
+    /// x and z as `f32` bits, x in the high half.
+    xz: AtomicU64,
+}
+
+/// The last sends of one entity: written by its owner only, read by every observer.
 #[derive(Debug, Default)]
 pub(crate) struct MoveRing {
-    entries: Vec<Sent>,
-    next: usize,
+    slots: [Slot; RING],
 }
 
 impl MoveRing {
-    fn push(&mut self, s: Sent) {
-        if self.entries.len() < RING {
-            self.entries.push(s);
-        } else {
-            self.entries[self.next] = s;
+    /// Writes `s` into slot `i` (the owner's only; ids are unique and never 0).
+    fn write(&self, i: usize, s: Sent) {
+        let slot = &self.slots[i % RING];
+        slot.id.store(0, Ordering::Relaxed);
+        // Readers that see any of the stores below also see the id cleared.
+        fence(Ordering::Release);
+        slot.at_us.store(s.at_us, Ordering::Relaxed);
+        slot.xz.store(
+            (u64::from(s.x.to_bits()) << 32) | u64::from(s.z.to_bits()),
+            Ordering::Relaxed,
+        );
+        slot.id.store(s.id, Ordering::Release);
+    }
+
+    /// Slot `i`, unless it is empty or was rewritten while being read.
+    fn read(&self, i: usize) -> Option<Sent> {
+        let slot = &self.slots[i];
+        let id = slot.id.load(Ordering::Acquire);
+        if id == 0 {
+            return None;
         }
-        self.next = (self.next + 1) % RING;
+        let at_us = slot.at_us.load(Ordering::Relaxed);
+        let xz = slot.xz.load(Ordering::Relaxed);
+        fence(Ordering::Acquire);
+        if slot.id.load(Ordering::Relaxed) != id {
+            return None;
+        }
+        Some(Sent {
+            id,
+            at_us,
+            x: f32::from_bits((xz >> 32) as u32),
+            z: f32::from_bits(xz as u32),
+        })
     }
 
     /// The id of the newest send (0 when none).
     fn newest_id(&self) -> u64 {
-        self.entries.iter().map(|s| s.id).max().unwrap_or(0)
+        self.slots
+            .iter()
+            .map(|s| s.id.load(Ordering::Relaxed))
+            .max()
+            .unwrap_or(0)
     }
 
     /// The newest send with `id > after` whose x and z are within `tol` of `pos`.
     fn find(&self, pos: [f32; 3], tol: f32, after: u64) -> Option<Sent> {
-        self.entries
-            .iter()
-            .filter(|s| s.id > after)
-            .filter(|s| (s.x - pos[0]).abs() <= tol && (s.z - pos[2]).abs() <= tol)
-            .max_by_key(|s| s.id)
-            .copied()
+        let mut best: Option<Sent> = None;
+        for i in 0..RING {
+            // Cheap filter on the id before the consistent read.
+            let id = self.slots[i].id.load(Ordering::Relaxed);
+            if id <= after || best.is_some_and(|b| b.id >= id) {
+                continue;
+            }
+            let Some(s) = self.read(i) else { continue };
+            if s.id > after && (s.x - pos[0]).abs() <= tol && (s.z - pos[2]).abs() <= tol {
+                best = Some(s);
+            }
+        }
+        best
     }
 }
 
@@ -68,19 +144,25 @@ impl MoveRing {
 pub(crate) struct OwnMoves {
     room: Arc<RoomMoves>,
     entity: u32,
-    ring: Arc<Mutex<MoveRing>>,
+    ring: Arc<MoveRing>,
+    /// The slot the next send goes to.
+    next: usize,
 }
 
 impl OwnMoves {
     /// Remembers a movement send at `at` to `pos`.
-    pub(crate) fn sent(&self, at: Instant, pos: [f32; 3]) {
+    pub(crate) fn sent(&mut self, at: Instant, pos: [f32; 3]) {
         let id = self.room.ids.fetch_add(1, Ordering::Relaxed) + 1;
-        self.ring.lock().push(Sent {
-            id,
-            at,
-            x: pos[0],
-            z: pos[2],
-        });
+        self.ring.write(
+            self.next,
+            Sent {
+                id,
+                at_us: self.room.micros(at),
+                x: pos[0],
+                z: pos[2],
+            },
+        );
+        self.next = (self.next + 1) % RING;
     }
 }
 
@@ -98,22 +180,38 @@ impl Drop for OwnMoves {
 }
 
 /// The shared table of one room.
-#[derive(Default)]
 pub(crate) struct RoomMoves {
-    entities: RwLock<HashMap<u32, Arc<Mutex<MoveRing>>>>,
+    entities: RwLock<IdMap<Arc<MoveRing>>>,
     /// Send ids, increasing across the room (so a reused entity id never matches old sends).
     ids: AtomicU64,
+    /// Send instants are kept as microseconds since this instant.
+    epoch: Instant,
+}
+
+impl Default for RoomMoves {
+    fn default() -> Self {
+        Self {
+            entities: RwLock::default(),
+            ids: AtomicU64::new(0),
+            epoch: Instant::now(),
+        }
+    }
 }
 
 impl RoomMoves {
+    fn micros(&self, at: Instant) -> u64 {
+        at.saturating_duration_since(self.epoch).as_micros() as u64
+    }
+
     /// Registers `entity` as owned by the caller.
     pub(crate) fn register(self: &Arc<Self>, entity: u32) -> OwnMoves {
-        let ring = Arc::new(Mutex::new(MoveRing::default()));
+        let ring = Arc::new(MoveRing::default());
         self.entities.write().insert(entity, ring.clone());
         OwnMoves {
             room: self.clone(),
             entity,
             ring,
+            next: 0,
         }
     }
 
@@ -128,23 +226,26 @@ impl RoomMoves {
         now: Instant,
         changed: impl IntoIterator<Item = (u32, [f32; 3])>,
         tol: f32,
-        last_matched: &mut HashMap<u32, u64>,
+        last_matched: &mut IdMap<u64>,
         mut record: impl FnMut(u64),
     ) {
+        let now_us = self.micros(now);
         let map = self.entities.read();
         for (entity, pos) in changed {
             let ring = map.get(&entity);
-            let Some(after) = last_matched.get(&entity).copied() else {
-                let newest = ring.map_or(0, |r| r.lock().newest_id());
-                last_matched.insert(entity, newest);
-                continue;
+            let after = match last_matched.entry(entity) {
+                std::collections::hash_map::Entry::Vacant(v) => {
+                    v.insert(ring.map_or(0, |r| r.newest_id()));
+                    continue;
+                }
+                std::collections::hash_map::Entry::Occupied(o) => o.into_mut(),
             };
             let Some(ring) = ring else {
                 continue;
             };
-            if let Some(s) = ring.lock().find(pos, tol, after) {
-                last_matched.insert(entity, s.id);
-                record(now.saturating_duration_since(s.at).as_micros() as u64);
+            if let Some(s) = ring.find(pos, tol, *after) {
+                *after = s.id;
+                record(now_us.saturating_sub(s.at_us));
             }
         }
     }
@@ -177,10 +278,10 @@ mod tests {
     fn every_observer_matches_each_move_once() {
         let board = MoveBoard::default();
         let room = board.room("r");
-        let a = room.register(7);
+        let mut a = room.register(7);
         let t0 = Instant::now();
-        let mut b_seen = HashMap::new();
-        let mut c_seen = HashMap::new();
+        let mut b_seen = IdMap::default();
+        let mut c_seen = IdMap::default();
         let mut samples = Vec::new();
         // Both observers first see A standing at its spawn: no sample.
         room.observe(t0, [(7, [0.0; 3])], 0.002, &mut b_seen, |us| {
@@ -231,10 +332,10 @@ mod tests {
     fn first_sighting_does_not_match_old_sends() {
         let board = MoveBoard::default();
         let room = board.room("r");
-        let a = room.register(7);
+        let mut a = room.register(7);
         let t0 = Instant::now();
         a.sent(t0, [5.0, 0.0, 5.0]);
-        let mut seen = HashMap::new();
+        let mut seen = IdMap::default();
         let mut samples = Vec::new();
         // A late observer sees A standing where it stopped long ago: that is no move.
         let late = t0 + Duration::from_secs(10);
@@ -258,7 +359,7 @@ mod tests {
         let board = MoveBoard::default();
         let room = board.room("r");
         let old = room.register(3);
-        let new = room.register(3);
+        let mut new = room.register(3);
         drop(old);
         new.sent(Instant::now(), [0.0; 3]);
         let mut n = 0;
@@ -266,7 +367,7 @@ mod tests {
             Instant::now(),
             [(3, [0.0; 3])],
             0.002,
-            &mut HashMap::from([(3, 0)]),
+            &mut IdMap::from_iter([(3, 0)]),
             |_| n += 1,
         );
         assert_eq!(n, 1);
@@ -275,7 +376,7 @@ mod tests {
             Instant::now(),
             [(3, [0.0; 3])],
             0.002,
-            &mut HashMap::from([(3, 0)]),
+            &mut IdMap::from_iter([(3, 0)]),
             |_| n += 1,
         );
         assert_eq!(n, 1);
@@ -283,18 +384,86 @@ mod tests {
 
     #[test]
     fn ring_keeps_the_last_sends() {
-        let mut ring = MoveRing::default();
-        let t = Instant::now();
+        let ring = MoveRing::default();
         for i in 0..40u64 {
-            ring.push(Sent {
-                id: i + 1,
-                at: t,
-                x: i as f32,
-                z: 0.0,
-            });
+            ring.write(
+                i as usize,
+                Sent {
+                    id: i + 1,
+                    at_us: i,
+                    x: i as f32,
+                    z: 0.0,
+                },
+            );
         }
-        assert_eq!(ring.entries.len(), RING);
+        assert_eq!((0..RING).filter_map(|i| ring.read(i)).count(), RING);
+        assert_eq!(ring.newest_id(), 40);
         assert!(ring.find([39.0, 0.0, 0.0], 0.001, 0).is_some());
+        assert!(ring.find([39.0, 0.0, 0.0], 0.001, 40).is_none());
         assert!(ring.find([0.0, 0.0, 0.0], 0.001, 0).is_none());
+        // The newest of several matches wins.
+        ring.write(
+            0,
+            Sent {
+                id: 41,
+                at_us: 41,
+                x: 39.0,
+                z: 0.0,
+            },
+        );
+        assert_eq!(
+            ring.find([39.0, 0.0, 0.0], 0.001, 0).map(|s| s.id),
+            Some(41)
+        );
+    }
+
+    #[test]
+    fn readers_never_see_a_torn_slot() {
+        // One writer rewrites a slot with x == z == id while readers check every read.
+        let ring = Arc::new(MoveRing::default());
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let readers: Vec<_> = (0..2)
+            .map(|_| {
+                let ring = ring.clone();
+                let stop = stop.clone();
+                std::thread::spawn(move || {
+                    let mut seen = 0u64;
+                    while !stop.load(Ordering::Relaxed) {
+                        if let Some(s) = ring.read(0) {
+                            assert_eq!(s.x, s.id as f32);
+                            assert_eq!(s.z, s.id as f32);
+                            assert_eq!(s.at_us, s.id);
+                            seen += 1;
+                        }
+                    }
+                    seen
+                })
+            })
+            .collect();
+        for id in 1..200_000u64 {
+            let v = id as f32;
+            ring.write(
+                0,
+                Sent {
+                    id,
+                    at_us: id,
+                    x: v,
+                    z: v,
+                },
+            );
+        }
+        stop.store(true, Ordering::Relaxed);
+        for r in readers {
+            r.join().unwrap();
+        }
+    }
+
+    #[test]
+    fn id_hasher_spreads_ids() {
+        let mut m: IdMap<u32> = IdMap::default();
+        for i in 0..10_000 {
+            m.insert(i, i);
+        }
+        assert!((0..10_000).all(|i| m.get(&i) == Some(&i)));
     }
 }

@@ -55,6 +55,7 @@ pub struct GatewaySection {
     pub resume_ttl_ms: u64,
     pub resume_deadline_ms: u64,
     pub socket_send_buffer: usize,
+    pub in_process_node: bool,
 }
 
 /// `[admin]`

@@ -17,10 +17,15 @@ use std::time::Duration;
 
 use plaza_directory::{MemoryDirectory, RedisDirectory, RedisOptions, SharedDirectory, Sweeper};
 use plaza_gateway::Gateway;
+use plaza_gateway::auth::DevAuthenticator;
 use plaza_gateway::metrics::GatewayMetrics;
+use plaza_gateway::router::{LocalAttach, LocalNode};
+use plaza_proto::node::{AttachRequest, NodeInbound};
 use plaza_room_actor::Node;
 use plaza_room_actor::metrics::NodeMetrics;
+use plaza_room_actor::service::RoomHostService;
 use prometheus_client::registry::Registry;
+use tokio::sync::mpsc;
 
 use crate::admin::{Admin, AdminState};
 use crate::config::PlazaConfig;
@@ -81,7 +86,21 @@ impl Plaza {
         };
         let gateway = if matches!(roles, Roles::All | Roles::Gateway) {
             gateway_metrics.register(&mut registry);
-            Some(Gateway::start(cfg.gateway_config(), directory.clone(), gateway_metrics).await?)
+            // The node of this process is attached to through channels: no loopback gRPC hop.
+            let local = node
+                .as_ref()
+                .filter(|_| cfg.gateway.in_process_node)
+                .map(|n| Arc::new(InProcessNode(n.host().clone())) as Arc<dyn LocalNode>);
+            Some(
+                Gateway::start_with(
+                    cfg.gateway_config(),
+                    directory.clone(),
+                    gateway_metrics,
+                    Arc::new(DevAuthenticator),
+                    local,
+                )
+                .await?,
+            )
         } else {
             None
         };
@@ -147,6 +166,21 @@ impl Plaza {
             n.shutdown().await;
         }
         self.admin.shutdown().await;
+    }
+}
+
+/// The node of this process as the gateway's [`LocalNode`]: the `RoomHost` attach logic fed
+/// by channels.
+struct InProcessNode(RoomHostService);
+
+impl LocalNode for InProcessNode {
+    fn node_id(&self) -> &str {
+        self.0.node_id()
+    }
+
+    fn attach(&self, request: AttachRequest, inbound: mpsc::Receiver<NodeInbound>) -> LocalAttach {
+        let host = self.0.clone();
+        Box::pin(async move { host.attach_local(request, inbound).await })
     }
 }
 

@@ -1,15 +1,21 @@
-//! The tonic `RoomHost` service of a node: one bidirectional stream per attached session.
+//! The `RoomHost` service of a node: one bidirectional stream per attached session.
 //!
 //! The first inbound message must be an `AttachRequest`; the service finds (or spawns) the
 //! room's actor and joins the session. Every later inbound message is forwarded to the actor;
 //! the end of the inbound stream detaches the session. Outbound, the actor writes into a bounded
 //! channel that backs the response stream.
+//!
+//! Two transports run the same attach logic ([`RoomHostService::attach_local`]): the tonic
+//! `RoomHost/Attach` stream (gateways in other processes), and plain channels for a gateway in
+//! this process (`plaza up`), which skips the HTTP/2 hop.
 
 use std::pin::Pin;
 
 use futures::Stream;
 use plaza_proto::node::room_host_server::RoomHost;
-use plaza_proto::node::{NodeInbound, NodeOutbound, StatusReply, StatusRequest, node_inbound};
+use plaza_proto::node::{
+    AttachRequest, NodeInbound, NodeOutbound, StatusReply, StatusRequest, node_inbound,
+};
 use tokio::sync::mpsc;
 use tokio_stream::StreamExt as _;
 use tokio_stream::wrappers::ReceiverStream;
@@ -53,6 +59,30 @@ impl RoomHostService {
             draining,
         }
     }
+
+    /// This node's id as registered in the directory.
+    pub fn node_id(&self) -> &str {
+        &self.node_id
+    }
+
+    /// Attaches a session without gRPC (a gateway in this process): the same checks, join and
+    /// forwarding as `RoomHost/Attach`, with `inbound` in place of the request stream (its
+    /// first message, the `AttachRequest`, is `attach`) and the returned receiver in place of
+    /// the response stream. Dropping `inbound`'s sender detaches the session, as the end of
+    /// the request stream does; the receiver ends when the room drops the session.
+    ///
+    /// Errors are the `Status` the gRPC call would return. Runs in a `node.attach` span, a
+    /// child of the caller's current span.
+    pub async fn attach_local(
+        &self,
+        attach: AttachRequest,
+        inbound: mpsc::Receiver<NodeInbound>,
+    ) -> Result<mpsc::Receiver<NodeOutbound>, Status> {
+        let span = tracing::info_span!("node.attach", node = %self.node_id);
+        self.join(attach, ReceiverStream::new(inbound).map(Ok))
+            .instrument(span)
+            .await
+    }
 }
 
 type OutStream = Pin<Box<dyn Stream<Item = Result<NodeOutbound, Status>> + Send + 'static>>;
@@ -68,7 +98,7 @@ impl RoomHost for RoomHostService {
         let parent = crate::trace::extract(request.metadata());
         let span = tracing::info_span!("node.attach", node = %self.node_id);
         let _ = span.set_parent(parent);
-        self.attach_inner(request.into_inner())
+        self.attach_grpc(request.into_inner())
             .instrument(span)
             .await
     }
@@ -85,7 +115,7 @@ impl RoomHost for RoomHostService {
 }
 
 impl RoomHostService {
-    async fn attach_inner(
+    async fn attach_grpc(
         &self,
         mut inbound: Streaming<NodeInbound>,
     ) -> Result<Response<OutStream>, Status> {
@@ -98,6 +128,22 @@ impl RoomHostService {
                 "first message must be an attach request",
             ));
         };
+        let rx = self.join(attach, inbound).await?;
+        let out = ReceiverStream::new(rx).map(Ok::<_, Status>);
+        Ok(Response::new(Box::pin(out)))
+    }
+
+    /// The attach itself, whatever the transport: checks the room id, finds or spawns the
+    /// room, joins the session with a fresh outbound channel, and forwards the rest of
+    /// `inbound` to the room until it ends (then the session detaches).
+    async fn join<S>(
+        &self,
+        attach: AttachRequest,
+        mut inbound: S,
+    ) -> Result<mpsc::Receiver<NodeOutbound>, Status>
+    where
+        S: Stream<Item = Result<NodeInbound, Status>> + Unpin + Send + 'static,
+    {
         if !valid_room_id(&attach.room_id) {
             return Err(Status::invalid_argument("invalid room id"));
         }
@@ -131,8 +177,8 @@ impl RoomHostService {
         // Forward the rest of the inbound stream to the room.
         tokio::spawn(async move {
             loop {
-                match inbound.message().await {
-                    Ok(Some(msg)) => {
+                match inbound.next().await {
+                    Some(Ok(msg)) => {
                         let m = match msg.body {
                             Some(node_inbound::Body::Envelope(envelope)) => {
                                 RoomMsg::Input { session, envelope }
@@ -146,14 +192,13 @@ impl RoomHostService {
                             break;
                         }
                     }
-                    Ok(None) | Err(_) => {
+                    None | Some(Err(_)) => {
                         let _ = room.cast(RoomMsg::Detach { session, link_id });
                         break;
                     }
                 }
             }
         });
-        let out = ReceiverStream::new(rx).map(Ok::<_, Status>);
-        Ok(Response::new(Box::pin(out)))
+        Ok(rx)
     }
 }
