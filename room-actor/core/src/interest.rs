@@ -1,8 +1,9 @@
 //! Nearest-N interest management on an rstar R-tree.
 //!
 //! Performance: the tree is bulk-loaded once per broadcast from the avatars' positions (one
-//! allocation, O(N log N)). A viewer's query is a bounded-radius search (no priority queue):
-//! the radius starts from the room's average density so that about `1.5 × cap` avatars fall
+//! allocation, O(N log N)). A viewer's query is a bounded-radius search (no priority queue; the
+//! tree is searched with the ball's bounding box, cheaper per node than a distance search, and
+//! the box's points are kept when inside the ball): the radius starts from the room's average density so that about `1.5 × cap` avatars fall
 //! inside it, grows by 1.5× until at least `cap` others are inside (or the whole room is), and
 //! the `cap` nearest are selected from that candidate list in O(candidates). Ties at equal
 //! distance are broken by entity id, so the result is a pure function of the positions: the
@@ -177,11 +178,19 @@ impl InterestIndex {
             .max(1.0);
             loop {
                 cand.clear();
+                // The square around the ball, then the ball: the same candidates as a distance
+                // query, with cheaper box tests in the tree.
+                let r = r2.sqrt();
+                let square = AABB::from_corners(
+                    [at[0] - r, at[1] - r, at[2] - r],
+                    [at[0] + r, at[1] + r, at[2] + r],
+                );
                 cand.extend(
                     self.tree
-                        .locate_within_distance(at, r2)
+                        .locate_in_envelope(square)
                         .filter(|p| p.id != viewer)
-                        .map(|p| (d2_of(p), p.id)),
+                        .map(|p| (d2_of(p), p.id))
+                        .filter(|(d2, _)| *d2 <= r2),
                 );
                 // Every one of the `cap` nearest lies within the radius once `cap` others do
                 // (ties at the cap-th distance included: they are within it too).
