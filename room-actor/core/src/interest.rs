@@ -3,12 +3,12 @@
 //! Performance: the tree is bulk-loaded once per broadcast from the avatars' positions (one
 //! allocation, O(N log N)). A viewer's query is a bounded-radius search (no priority queue; the
 //! tree is searched with the ball's bounding box, cheaper per node than a distance search, and
-//! the box's points are kept when inside the ball): the radius starts from the room's average density so that about `1.5 × cap` avatars fall
-//! inside it, grows by 1.5× until at least `cap` others are inside (or the whole room is), and
-//! the `cap` nearest are selected from that candidate list in O(candidates). Ties at equal
-//! distance are broken by entity id, so the result is a pure function of the positions: the
-//! same inputs give the same interest sets, and the set equals "sort everyone by (distance,
-//! id), keep the first `cap`".
+//! the box's points are kept when inside the ball): the radius starts from the room's average
+//! density so that about `1.5 × cap` avatars fall inside it, grows by 1.5× until at least `cap`
+//! others are inside (or the whole room is), and the `cap` nearest are selected from that
+//! candidate list in O(candidates). Ties at equal distance are broken by entity id, so the
+//! result is a pure function of the positions: the same inputs give the same interest sets, and
+//! the set equals "sort everyone by (distance, id), keep the first `cap`".
 //!
 //! This module does not decide what is sent, nor how often a viewer's set is recomputed (the
 //! room does); it only answers "who does this viewer see, and in which distance band".
