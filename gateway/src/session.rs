@@ -28,6 +28,9 @@ use crate::queue::{OutItem, OutQueue, Pushed};
 use crate::resume::ResumeEntry;
 use crate::router::Transport;
 
+/// How long a node may take to open an attach stream and acknowledge it.
+const ATTACH_ACK_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// Runs one connection to its end.
 pub(crate) async fn run(socket: WebSocket, shared: Arc<Shared>) {
     let (sink, mut stream) = socket.split();
@@ -594,7 +597,13 @@ impl Session {
                 let mut client = client.clone();
                 let mut req = tonic::Request::new(ReceiverStream::new(rx));
                 span.in_scope(|| crate::trace::inject(&mut req));
-                let resp = client.attach(req).instrument(span).await.map_err(refused)?;
+                // A node that accepts the stream but never answers (paused, wedged) must not hold
+                // the session: give up on it like on a missing ack, and re-resolve.
+                let resp =
+                    tokio::time::timeout(ATTACH_ACK_TIMEOUT, client.attach(req).instrument(span))
+                        .await
+                        .map_err(|_| AttachFail::Retry("node did not answer the attach".into()))?
+                        .map_err(refused)?;
                 Downlink::Grpc(Box::new(resp.into_inner()))
             }
             Transport::Local(local) => {
@@ -606,7 +615,7 @@ impl Session {
                 Downlink::Local(rx)
             }
         };
-        let first = tokio::time::timeout(Duration::from_secs(5), stream.recv())
+        let first = tokio::time::timeout(ATTACH_ACK_TIMEOUT, stream.recv())
             .await
             .map_err(|_| AttachFail::Retry("no ack".into()))?
             .ok_or_else(|| AttachFail::Retry("stream ended before ack".into()))?

@@ -1,0 +1,105 @@
+//! Multi-process process pause (RELIABILITY.md F7): a node is frozen with SIGSTOP for twice the
+//! lease TTL, then continued with SIGCONT. While it is frozen its leases lapse, and a client
+//! joining one of its rooms gets that room activated on a live node under a newer epoch. When the
+//! frozen node wakes, its room activations find their lease deadline passed and commit nothing —
+//! no presence write, no frame — until their directory writer either finds the lease taken (the
+//! room stops; the gateway moves its sessions to the new activation) or reclaims a lease nobody
+//! took. The event logs (directory commits and broadcasts) must show no two epochs of a room
+//! committing at once, and no bot may be lost.
+
+use std::time::Duration;
+
+use plaza_tests::Client;
+use plaza_tests::cluster::{Cluster, ClusterOpts, check_single_activation};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_node_commits_nothing_after_it_wakes() {
+    let c = Cluster::start(ClusterOpts::default()).await.unwrap();
+    let ttl = Duration::from_millis(c.opts().lease_ttl_ms);
+    let cfg = c.load_config(60, 6, "ps-", 16);
+    let (bots, rooms) = (cfg.bots, cfg.rooms);
+    let room_ids: Vec<String> = (0..rooms).map(|i| format!("ps-{i}")).collect();
+    let load = tokio::spawn(plaza_load::run(cfg));
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while c.peers_count().await.unwrap_or(0) != bots {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "bots never all online"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    let placed = c.placements(&room_ids).await;
+    let by_node = c.presence_by_node().await.unwrap();
+    let (victim, _) = by_node
+        .iter()
+        .max_by_key(|(_, n)| **n)
+        .map(|(id, n)| (id.clone(), *n))
+        .expect("some node hosts sessions");
+    let taken = placed
+        .iter()
+        .find(|(_, n)| **n == victim)
+        .map(|(r, _)| r.clone())
+        .expect("the victim hosts a room");
+    let idx = c.node_index(&victim).expect("victim is one of ours");
+
+    // Freeze the node for twice the lease TTL: the fault's duration, not a wait for a condition.
+    c.nodes[idx].signal("STOP").unwrap();
+    eprintln!("SIGSTOP {victim}; {taken} will be taken over");
+    tokio::time::sleep(ttl * 2).await;
+
+    // A newcomer's join activates the room on a live node (the frozen node's lease lapsed).
+    let mut probe = Client::connect(&c.ws_url()).await.unwrap();
+    probe.join(&taken).await.unwrap();
+    let now = c.placements(std::slice::from_ref(&taken)).await;
+    assert!(
+        now.get(&taken).is_some_and(|n| *n != victim),
+        "{taken} activated elsewhere while {victim} is frozen: {now:?}"
+    );
+
+    c.nodes[idx].signal("CONT").unwrap();
+    // The woken activation of `taken` withholds its ticks, learns the lease is lost and stops;
+    // its sessions move to the new activation. Everyone is present again.
+    let deadline = tokio::time::Instant::now() + ttl + Duration::from_secs(8);
+    loop {
+        probe
+            .pump_for(Duration::from_millis(100))
+            .await
+            .expect("the probe stays connected");
+        if c.peers_count().await.ok() == Some(bots + 1) {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "presence not whole after the wake-up: {:?}\n{}",
+            c.presence_by_node().await,
+            c.nodes[idx].log_tail(30)
+        );
+    }
+    let log = std::fs::read_to_string(&c.nodes[idx].log).unwrap();
+    assert!(
+        log.contains("ticks withheld"),
+        "the woken node withheld its ticks:\n{}",
+        c.nodes[idx].log_tail(40)
+    );
+    probe.close().await;
+
+    let report = load.await.unwrap().unwrap();
+    eprintln!(
+        "load: connected {} failed {} lost {} resumes {} (in session {}) close codes {:?}",
+        report.bots_connected,
+        report.bots_failed,
+        report.bots_lost,
+        report.resumes,
+        report.resumes_in_session,
+        report.close_codes
+    );
+    assert_eq!(report.bots_failed, 0);
+    assert_eq!(report.bots_lost, 0);
+    let sum = check_single_activation(&c.event_logs()).unwrap();
+    eprintln!("event logs: {sum:?}");
+    assert!(
+        sum.rooms_with_several_epochs >= 1,
+        "{taken} committed under two epochs, one after the other: {sum:?}"
+    );
+}
