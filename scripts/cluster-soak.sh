@@ -14,7 +14,7 @@ export PLAZA_CLUSTER_SECS="${3:-30}"
 # Release: 300 bots decoding every frame plus three nodes need optimized code on small machines.
 cargo build --release -p plaza-ops --bin plaza
 status=0
-for t in cluster_failover cluster_drain cluster_redis cluster_partition; do
+for t in cluster_failover cluster_drain cluster_redis cluster_partition cluster_pause; do
   echo "=== $t: ${PLAZA_CLUSTER_BOTS} bots, ${PLAZA_CLUSTER_ROOMS} rooms, ${PLAZA_CLUSTER_SECS} s"
   cargo test --release -p plaza-tests --test "$t" -- --nocapture || status=1
 done
