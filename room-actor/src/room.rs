@@ -478,6 +478,7 @@ impl RoomState {
             // reach): another node may run this room now. Commit nothing, not even a frame,
             // until the writer renews the lease (or reclaims it) or finds it lost and stops us.
             // Inputs stay queued (bounded); missed steps are skipped as overruns.
+            //
             // Withheld for a whole TTL, the store's lease has lapsed: give up, so the sessions
             // move to the room's next activation instead of waiting for the directory.
             let since = *self.withheld_since.get_or_insert_with(|| {
