@@ -6,7 +6,7 @@
 //! per-tick time from its own measurement loop) and the bandwidth table first, then runs the
 //! criterion benches. With `CI` set the sizes and tick counts shrink; `ROOM_BENCH_N=1000` keeps
 //! the rooms of that size, `ROOM_BENCH_TIER=stadium` (or `class`) the rooms of that tier;
-//! `ROOM_BENCH_THREADS=1` sets `RoomConfig::encode_threads` (default 2).
+//! `ROOM_BENCH_THREADS=2` sets `RoomConfig::encode_threads` (default 1).
 //!
 //! A tick is one wake of the room as the room actor's shell schedules it: the shell wakes the
 //! room at every 50 Hz simulation step and every 20 Hz broadcast, each on its own evenly spaced

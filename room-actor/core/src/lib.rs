@@ -20,7 +20,9 @@
 //! Joins, leaves and inputs are queued and applied at the next tick, in arrival order. A step
 //! runs, in order: joins and leaves; movements (per member, in session order); every other
 //! input (interactions, consent, emotes, scenes) in the order the room received it across all
-//! members; consent timeouts; the physics step; the scenes' end-of-tick actions.
+//! members; consent timeouts; the physics step; the scenes' end-of-tick actions; then, in a room
+//! whose broadcasts are spread ([`RoomConfig::spread_from_members`]), the frames of the group
+//! due at this step.
 
 pub mod consent;
 pub mod emotes;
@@ -107,8 +109,9 @@ pub struct RoomConfig {
     /// it; the cost of a step is bounded by a group instead of the whole room.
     pub spread_from_members: u32,
     /// Threads that encode one step's frames (the room's own and scoped helpers), used when
-    /// there are at least 64 frames per thread; 1 encodes on the room's thread only. The frames
-    /// are the same whatever the count.
+    /// there are at least 64 frames per thread; 1 (the default) encodes on the room's thread
+    /// only. The frames are the same whatever the count. On a node whose cores are busy with
+    /// other rooms a helper only waits for a core (docs/BENCHMARKS.md, room core).
     pub encode_threads: u32,
     /// The room's static geometry, bounds, spawn point and props.
     pub definition: RoomDefinition,
@@ -136,7 +139,7 @@ impl Default for RoomConfig {
             tier_bands_m: DEFAULT_TIER_BANDS_M,
             max_pending_inputs: 32,
             spread_from_members: 64,
-            encode_threads: 2,
+            encode_threads: 1,
             definition: RoomDefinition::default_plaza(),
             physics: PhysicsConfig::default(),
             reach_m: DEFAULT_REACH_M,
