@@ -13,10 +13,13 @@
 //! not decode frames and does not record histograms itself.
 //!
 //! Matching runs for every changed entity of every decoded frame (hundreds of thousands of times
-//! a second), so a ring is read without a lock: each slot is a small seqlock (its send id is
-//! zeroed while the owner rewrites it, and readers skip a slot whose id changed under them), and
-//! entity maps use a multiplicative hash of the id instead of SipHash. The owner writes its ring
-//! at its send rate (≤ 10 Hz); readers never write shared memory.
+//! a second), so it is built for memory traffic: the room's rings are indexed by entity id (ids
+//! are small integers, reused lowest-first), a ring is read without a lock (each slot is a small
+//! seqlock: its send id is zeroed while the owner rewrites it, and readers skip a slot whose id
+//! changed under them), and a match scans from the newest send backwards and stops at the first
+//! send the observer already matched (usually after one or two slots). The observer's own
+//! memory of matched sends uses a multiplicative hash of the id instead of SipHash. The owner
+//! writes its ring at its send rate (≤ 10 Hz); readers never write shared memory.
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
@@ -28,6 +31,9 @@ use parking_lot::{Mutex, RwLock};
 
 /// Sends remembered per entity.
 pub(crate) const RING: usize = 16;
+
+/// Entity ids at or above this are not tracked (avatar ids are small; props start at 2^20).
+const MAX_TRACKED_ID: u32 = 1 << 20;
 
 /// A hasher for entity ids (small integers): one multiplication, no SipHash rounds.
 #[derive(Clone, Copy, Debug, Default)]
@@ -74,11 +80,13 @@ struct Slot {
 /// The last sends of one entity: written by its owner only, read by every observer.
 #[derive(Debug, Default)]
 pub(crate) struct MoveRing {
+    /// Writes so far: the newest send is in slot `(head - 1) % RING`.
+    head: AtomicU64,
     slots: [Slot; RING],
 }
 
 impl MoveRing {
-    /// Writes `s` into slot `i` (the owner's only; ids are unique and never 0).
+    /// Writes `s` into slot `i` (the owner's only, in order; ids are unique and never 0).
     fn write(&self, i: usize, s: Sent) {
         let slot = &self.slots[i % RING];
         slot.id.store(0, Ordering::Relaxed);
@@ -90,6 +98,7 @@ impl MoveRing {
             Ordering::Relaxed,
         );
         slot.id.store(s.id, Ordering::Release);
+        self.head.store(i as u64 + 1, Ordering::Release);
     }
 
     /// Slot `i`, unless it is empty or was rewritten while being read.
@@ -122,21 +131,25 @@ impl MoveRing {
             .unwrap_or(0)
     }
 
-    /// The newest send with `id > after` whose x and z are within `tol` of `pos`.
+    /// The newest send with `id > after` whose x and z are within `tol` of `pos`: walks from
+    /// the newest send backwards and stops at the first one with `id <= after` (sends are
+    /// written in id order).
     fn find(&self, pos: [f32; 3], tol: f32, after: u64) -> Option<Sent> {
-        let mut best: Option<Sent> = None;
-        for i in 0..RING {
-            // Cheap filter on the id before the consistent read.
-            let id = self.slots[i].id.load(Ordering::Relaxed);
-            if id <= after || best.is_some_and(|b| b.id >= id) {
+        let head = self.head.load(Ordering::Acquire) as usize;
+        for back in 1..=RING.min(head) {
+            let i = (head - back) % RING;
+            let Some(s) = self.read(i) else {
+                // Being rewritten: the owner is lapping us; older slots are still valid.
                 continue;
+            };
+            if s.id <= after {
+                return None;
             }
-            let Some(s) = self.read(i) else { continue };
-            if s.id > after && (s.x - pos[0]).abs() <= tol && (s.z - pos[2]).abs() <= tol {
-                best = Some(s);
+            if (s.x - pos[0]).abs() <= tol && (s.z - pos[2]).abs() <= tol {
+                return Some(s);
             }
         }
-        best
+        None
     }
 }
 
@@ -145,8 +158,8 @@ pub(crate) struct OwnMoves {
     room: Arc<RoomMoves>,
     entity: u32,
     ring: Arc<MoveRing>,
-    /// The slot the next send goes to.
-    next: usize,
+    /// Sends written so far.
+    written: usize,
 }
 
 impl OwnMoves {
@@ -154,7 +167,7 @@ impl OwnMoves {
     pub(crate) fn sent(&mut self, at: Instant, pos: [f32; 3]) {
         let id = self.room.ids.fetch_add(1, Ordering::Relaxed) + 1;
         self.ring.write(
-            self.next,
+            self.written,
             Sent {
                 id,
                 at_us: self.room.micros(at),
@@ -162,7 +175,7 @@ impl OwnMoves {
                 z: pos[2],
             },
         );
-        self.next = (self.next + 1) % RING;
+        self.written += 1;
     }
 }
 
@@ -170,18 +183,18 @@ impl Drop for OwnMoves {
     fn drop(&mut self) {
         let mut map = self.room.entities.write();
         // Only remove our own registration (a later join may reuse the entity id).
-        if map
-            .get(&self.entity)
-            .is_some_and(|r| Arc::ptr_eq(r, &self.ring))
+        if let Some(slot) = map.get_mut(self.entity as usize)
+            && slot.as_ref().is_some_and(|r| Arc::ptr_eq(r, &self.ring))
         {
-            map.remove(&self.entity);
+            *slot = None;
         }
     }
 }
 
 /// The shared table of one room.
 pub(crate) struct RoomMoves {
-    entities: RwLock<IdMap<Arc<MoveRing>>>,
+    /// Rings by entity id.
+    entities: RwLock<Vec<Option<Arc<MoveRing>>>>,
     /// Send ids, increasing across the room (so a reused entity id never matches old sends).
     ids: AtomicU64,
     /// Send instants are kept as microseconds since this instant.
@@ -206,12 +219,19 @@ impl RoomMoves {
     /// Registers `entity` as owned by the caller.
     pub(crate) fn register(self: &Arc<Self>, entity: u32) -> OwnMoves {
         let ring = Arc::new(MoveRing::default());
-        self.entities.write().insert(entity, ring.clone());
+        if entity < MAX_TRACKED_ID {
+            let mut map = self.entities.write();
+            let i = entity as usize;
+            if map.len() <= i {
+                map.resize(i + 1, None);
+            }
+            map[i] = Some(ring.clone());
+        }
         OwnMoves {
             room: self.clone(),
             entity,
             ring,
-            next: 0,
+            written: 0,
         }
     }
 
@@ -232,7 +252,7 @@ impl RoomMoves {
         let now_us = self.micros(now);
         let map = self.entities.read();
         for (entity, pos) in changed {
-            let ring = map.get(&entity);
+            let ring = map.get(entity as usize).and_then(Option::as_ref);
             let after = match last_matched.entry(entity) {
                 std::collections::hash_map::Entry::Vacant(v) => {
                     v.insert(ring.map_or(0, |r| r.newest_id()));
@@ -401,9 +421,9 @@ mod tests {
         assert!(ring.find([39.0, 0.0, 0.0], 0.001, 0).is_some());
         assert!(ring.find([39.0, 0.0, 0.0], 0.001, 40).is_none());
         assert!(ring.find([0.0, 0.0, 0.0], 0.001, 0).is_none());
-        // The newest of several matches wins.
+        // The newest of several matches wins; the walk stops at sends already matched.
         ring.write(
-            0,
+            40,
             Sent {
                 id: 41,
                 at_us: 41,
@@ -415,6 +435,11 @@ mod tests {
             ring.find([39.0, 0.0, 0.0], 0.001, 0).map(|s| s.id),
             Some(41)
         );
+        assert_eq!(
+            ring.find([38.0, 0.0, 0.0], 0.001, 38).map(|s| s.id),
+            Some(39)
+        );
+        assert!(ring.find([38.0, 0.0, 0.0], 0.001, 39).is_none());
     }
 
     #[test]
