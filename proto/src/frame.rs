@@ -977,70 +977,82 @@ impl FrameEncoder {
         self.news.clear();
         let (mut i, mut j, mut post) = (0usize, 0usize, 0u32);
         let mut last_vis: Option<u32> = None;
-        loop {
-            while j < visible.len() && last_vis.is_some_and(|l| visible[j].record.id <= l) {
+        while i < self.model.len() || j < visible.len() {
+            let Some(v) = visible.get(j) else {
+                // Nothing more to hold: the rest of what the client holds goes.
+                self.removed
+                    .extend(self.model[i..].iter().map(|h| h.rec.id));
+                break;
+            };
+            let vid = v.record.id;
+            if last_vis.is_some_and(|l| vid <= l) {
+                // Out of order (release builds): skipped.
                 j += 1;
+                continue;
             }
-            let m = self.model.get(i);
-            let v = visible.get(j);
-            match (m, v) {
-                (None, None) => break,
-                (Some(h), v) if v.is_none_or(|v| h.rec.id < v.record.id) => {
-                    self.removed.push(h.rec.id);
-                    i += 1;
-                }
-                (Some(h), Some(v)) if h.rec.id == v.record.id => {
-                    last_vis = Some(v.record.id);
-                    if h.rec.generation != v.record.generation || h.rec.kind != v.record.kind {
-                        self.removed.push(h.rec.id);
-                        self.news.push(sanitized(v));
-                    } else {
-                        let tier = v.tier.min(3);
-                        // What the client holds is canonical: an identical pose is unchanged
-                        // without canonicalizing and comparing group by group.
-                        let same = v.record.pose == h.rec.pose;
-                        let new = &if same {
-                            h.rec.pose
-                        } else {
-                            v.record.pose.canonical()
-                        };
-                        let mut mask = if same { 0 } else { groups(&h.rec.pose, new) };
-                        if tier != h.tier {
-                            mask |= G_TIER;
-                        }
-                        let start_stop = h.rec.pose.at_rest() != new.at_rest();
-                        if mask & G_MOTION != 0
-                            && !start_stop
-                            && seq.wrapping_add(h.rec.id) & (TIER_EVERY[usize::from(tier)] - 1) != 0
-                        {
-                            mask &= !G_MOTION;
-                        }
-                        if mask != 0 {
-                            let mandatory = start_stop || mask != G_MOTION;
-                            self.pending.push(Pending {
-                                model_idx: i as u32,
-                                post_idx: post,
-                                vis: j as u32,
-                                mask,
-                                tier,
-                                mandatory,
-                                prio: h.acc.saturating_add(TIER_WEIGHT[usize::from(tier)]),
-                                bits: 0,
-                                include: true,
-                            });
-                        }
-                        post += 1;
-                    }
-                    i += 1;
-                    j += 1;
-                }
-                (_, Some(v)) => {
-                    last_vis = Some(v.record.id);
-                    self.news.push(sanitized(v));
-                    j += 1;
-                }
-                (Some(_), None) => unreachable!("covered by the guard above"),
+            let Some(h) = self.model.get(i) else {
+                last_vis = Some(vid);
+                self.news.push(sanitized(v));
+                j += 1;
+                continue;
+            };
+            if h.rec.id < vid {
+                self.removed.push(h.rec.id);
+                i += 1;
+                continue;
             }
+            last_vis = Some(vid);
+            if h.rec.id > vid {
+                self.news.push(sanitized(v));
+                j += 1;
+                continue;
+            }
+            i += 1;
+            j += 1;
+            if h.rec.generation != v.record.generation || h.rec.kind != v.record.kind {
+                self.removed.push(h.rec.id);
+                self.news.push(sanitized(v));
+                continue;
+            }
+            let tier = v.tier.min(3);
+            // What the client holds is canonical: an identical pose is unchanged without
+            // canonicalizing and comparing group by group.
+            let same = v.record.pose == h.rec.pose;
+            if same && tier == h.tier {
+                post += 1;
+                continue;
+            }
+            let new = &if same {
+                h.rec.pose
+            } else {
+                v.record.pose.canonical()
+            };
+            let mut mask = if same { 0 } else { groups(&h.rec.pose, new) };
+            if tier != h.tier {
+                mask |= G_TIER;
+            }
+            let start_stop = h.rec.pose.at_rest() != new.at_rest();
+            if mask & G_MOTION != 0
+                && !start_stop
+                && seq.wrapping_add(h.rec.id) & (TIER_EVERY[usize::from(tier)] - 1) != 0
+            {
+                mask &= !G_MOTION;
+            }
+            if mask != 0 {
+                let mandatory = start_stop || mask != G_MOTION;
+                self.pending.push(Pending {
+                    model_idx: (i - 1) as u32,
+                    post_idx: post,
+                    vis: (j - 1) as u32,
+                    mask,
+                    tier,
+                    mandatory,
+                    prio: h.acc.saturating_add(TIER_WEIGHT[usize::from(tier)]),
+                    bits: 0,
+                    include: true,
+                });
+            }
+            post += 1;
         }
         let held_after = post as usize;
 
