@@ -149,13 +149,18 @@ impl Session {
         if is_shutdown(&shutdown) {
             return CloseCode::GoingAway;
         }
+        // One wait for the whole connection: a fresh `wait_for` per loop turn registered and
+        // removed a waiter in the watch channel every session shares (a contended lock per
+        // message). It is polled only until it fires, then the session returns.
+        let shutdown = wait_shutdown(&mut shutdown);
+        tokio::pin!(shutdown);
         // === handshake ===
         let first = tokio::select! {
             m = stream.next() => m,
             _ = tokio::time::sleep(self.shared.limits.handshake_deadline) => {
                 return CloseCode::HandshakeTimeout;
             }
-            _ = wait_shutdown(&mut shutdown) => return CloseCode::GoingAway,
+            _ = &mut shutdown => return CloseCode::GoingAway,
         };
         let env = match self.read(first) {
             Ok(Some(env)) => env,
@@ -176,7 +181,7 @@ impl Session {
         // === session ===
         loop {
             let step = tokio::select! {
-                _ = wait_shutdown(&mut shutdown) => Step::Close(CloseCode::GoingAway),
+                _ = &mut shutdown => Step::Close(CloseCode::GoingAway),
                 m = stream.next() => match self.read(m) {
                     Ok(Some(env)) => self.on_client(env).await,
                     Ok(None) => Step::Close(CloseCode::Normal),

@@ -442,12 +442,18 @@ impl Bot {
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let stop = tokio::time::sleep_until(deadline.into());
         tokio::pin!(stop);
+        // One wait on the run's stop flag for the whole session: a fresh `wait_for` per loop
+        // turn registered and removed a waiter in the watch channel that every bot shares (a
+        // contended lock per received frame).
+        let mut stop_rx = self.stop.clone();
+        let stopped_early = async move { stopped(&mut stop_rx).await };
+        tokio::pin!(stopped_early);
         loop {
             let step = tokio::select! {
                 msg = ws.next() => self.on_ws(ws, msg).await,
                 _ = tick.tick() => self.on_client_frame(ws).await.map_err(|_| SessionEnd::Abrupt),
                 _ = &mut stop => Err(SessionEnd::Deadline),
-                _ = stopped(&mut self.stop) => Err(SessionEnd::Deadline),
+                _ = &mut stopped_early => Err(SessionEnd::Deadline),
             };
             match step {
                 Ok(()) => {}
