@@ -174,6 +174,10 @@ pub struct RoomState {
     /// Room stats already exported to metrics, to export deltas.
     exported: plaza_room_core::RoomStats,
     presence: mpsc::UnboundedSender<PresenceOp>,
+    /// The directory writer task: it ends after the room's last presence write, releasing the
+    /// lease; the room's stop waits for it (bounded), so a draining node does not exit holding
+    /// leases the next activation would have to wait out.
+    writer: Option<JoinHandle<()>>,
     node_id: String,
     epoch: Epoch,
     /// For durable audit appends (fenced by the activation's current epoch; the store refuses
@@ -252,7 +256,7 @@ impl Actor for RoomActor {
                 }
             }
         });
-        let presence = spawn_directory_writer(DirectoryWriter {
+        let (presence, writer) = spawn_directory_writer(DirectoryWriter {
             directory: args.directory.clone(),
             room: args.room_id.clone(),
             node: args.node_id.clone(),
@@ -286,6 +290,7 @@ impl Actor for RoomActor {
             out: Vec::new(),
             exported: Default::default(),
             presence,
+            writer: Some(writer),
             node_id: args.node_id,
             epoch: args.epoch,
             directory: args.directory,
@@ -315,6 +320,15 @@ impl Actor for RoomActor {
                 let _ = state.presence.send(PresenceOp::Release {
                     wallet: link.wallet,
                 });
+            }
+        }
+        // Close the writer's queue and wait (bounded) until it has written the releases and
+        // given the lease up, so the room's next activation need not wait for the lease to lapse.
+        state.presence = mpsc::unbounded_channel().0;
+        if let Some(writer) = state.writer.take() {
+            let grace = Duration::from_secs(3);
+            if tokio::time::timeout(grace, writer).await.is_err() {
+                tracing::warn!(room = %state.room_id, "directory writer still busy after the room stopped");
             }
         }
         Ok(())
@@ -1007,7 +1021,9 @@ struct DirectoryWriter {
 /// it). A lost lease (another epoch holds the room) stops the room. A room whose placement
 /// vanished (Redis restarted empty, or the lease lapsed unclaimed) is reclaimed under a new
 /// epoch and every member's presence is registered again.
-fn spawn_directory_writer(w: DirectoryWriter) -> mpsc::UnboundedSender<PresenceOp> {
+fn spawn_directory_writer(
+    w: DirectoryWriter,
+) -> (mpsc::UnboundedSender<PresenceOp>, JoinHandle<()>) {
     let (tx, mut rx) = mpsc::unbounded_channel::<PresenceOp>();
     let DirectoryWriter {
         directory: dir,
@@ -1020,7 +1036,7 @@ fn spawn_directory_writer(w: DirectoryWriter) -> mpsc::UnboundedSender<PresenceO
         activation,
         events,
     } = w;
-    tokio::spawn(async move {
+    let task = tokio::spawn(async move {
         let presence_ttl_ms = presence_ttl.as_millis() as u64;
         let period = lease.renew_every().min(presence_ttl / 3);
         let mut renew = tokio::time::interval_at(Instant::now() + period, period);
@@ -1163,7 +1179,7 @@ fn spawn_directory_writer(w: DirectoryWriter) -> mpsc::UnboundedSender<PresenceO
             Err(e) => metrics.directory_error(e.code()),
         }
     });
-    tx
+    (tx, task)
 }
 
 /// The float pose of a movement message; missing vectors are zero.
