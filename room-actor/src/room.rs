@@ -363,16 +363,7 @@ impl Actor for RoomActor {
                     link.seq = 0;
                     link.wallet = wallet;
                     link.timestamps = Default::default();
-                    if let (Some(entity), Some(pose)) =
-                        (state.room.entity_of(session), state.room.pose_of(session))
-                    {
-                        state.deliver(Outbound::Joined {
-                            session,
-                            entity,
-                            spawn: pose.position,
-                        });
-                        state.room.request_keyframe(session);
-                    }
+                    state.welcome_back(session);
                     return Ok(());
                 }
                 if let Some(awaited) = state.awaited.remove(&session) {
@@ -576,6 +567,12 @@ impl RoomState {
         );
         self.metrics.sessions.inc();
         self.empty_since = None;
+        self.welcome_back(session);
+    }
+
+    /// A member's session has a new stream: it starts with `Joined` (its entity, where it
+    /// stands) and a keyframe.
+    fn welcome_back(&mut self, session: SessionId) {
         if let (Some(entity), Some(pose)) =
             (self.room.entity_of(session), self.room.pose_of(session))
         {

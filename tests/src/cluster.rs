@@ -517,6 +517,25 @@ fn parse_epoch(s: &str) -> Option<Epoch> {
     Some(Epoch::new(era.parse().ok()?, counter.parse().ok()?))
 }
 
+/// Prints the load report's fault counters, asserts that no bot failed to connect or was lost,
+/// and runs [`check_single_activation`] over `logs`; returns its summary.
+pub fn assert_nothing_lost(report: &plaza_load::Report, logs: &[PathBuf]) -> ActivationSummary {
+    eprintln!(
+        "load: connected {} failed {} lost {} resumes {} (in session {}) close codes {:?}",
+        report.bots_connected,
+        report.bots_failed,
+        report.bots_lost,
+        report.resumes,
+        report.resumes_in_session,
+        report.close_codes
+    );
+    assert_eq!(report.bots_failed, 0, "bots failed to connect");
+    assert_eq!(report.bots_lost, 0, "bots lost");
+    let sum = check_single_activation(logs).unwrap();
+    eprintln!("event logs: {sum:?}");
+    sum
+}
+
 /// Polls the async condition `f` every 50 ms until it holds or `timeout` passes; returns how
 /// long it took, or `None` on timeout.
 pub async fn wait_until<F, Fut>(timeout: Duration, mut f: F) -> Option<Duration>
