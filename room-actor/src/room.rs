@@ -156,6 +156,20 @@ struct Link {
     link_id: u64,
 }
 
+impl Link {
+    /// A fresh attachment: not joined yet, sequences and timestamps from the start.
+    fn new(wallet: String, tx: mpsc::Sender<NodeOutbound>, link_id: u64) -> Self {
+        Self {
+            wallet,
+            tx,
+            seq: 0,
+            entity: None,
+            timestamps: Default::default(),
+            link_id,
+        }
+    }
+}
+
 /// A room actor's state.
 pub struct RoomState {
     room: Room,
@@ -358,11 +372,10 @@ impl Actor for RoomActor {
                     // stream's end reached us): swap the stream, keep the membership and the
                     // entity, and start the new stream with Joined and a keyframe. The old
                     // stream's later Detach carries the old link id and is ignored.
-                    link.tx = tx;
-                    link.link_id = link_id;
-                    link.seq = 0;
-                    link.wallet = wallet;
-                    link.timestamps = Default::default();
+                    *link = Link {
+                        entity: link.entity,
+                        ..Link::new(wallet, tx, link_id)
+                    };
                     state.welcome_back(session);
                     return Ok(());
                 }
@@ -378,17 +391,7 @@ impl Actor for RoomActor {
                     tracing::warn!(room = %state.room_id, session, "a handed-off session came back under another wallet; it joins afresh");
                     state.room.leave(session);
                 }
-                state.links.insert(
-                    session,
-                    Link {
-                        wallet,
-                        tx,
-                        seq: 0,
-                        entity: None,
-                        timestamps: Default::default(),
-                        link_id,
-                    },
-                );
+                state.links.insert(session, Link::new(wallet, tx, link_id));
                 state.metrics.sessions.inc();
                 state.room.join_with_entity(session, entity);
                 state.empty_since = None;
@@ -554,17 +557,7 @@ impl RoomState {
         tx: mpsc::Sender<NodeOutbound>,
         link_id: u64,
     ) {
-        self.links.insert(
-            session,
-            Link {
-                wallet,
-                tx,
-                seq: 0,
-                entity: None,
-                timestamps: Default::default(),
-                link_id,
-            },
-        );
+        self.links.insert(session, Link::new(wallet, tx, link_id));
         self.metrics.sessions.inc();
         self.empty_since = None;
         self.welcome_back(session);

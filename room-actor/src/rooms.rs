@@ -194,37 +194,14 @@ impl RoomsState {
         if self.draining {
             return Err(RoomsError::Draining);
         }
-        let a = &self.args;
-        let margin = a.lease_ttl / LEASE_MARGIN_DIVISOR;
-        let lease =
-            match RoomLease::claim(&*a.directory, room, &a.node_id, a.lease_ttl, margin).await {
-                Ok(l) => l,
-                Err(DirectoryError::Conflict(_)) => {
-                    a.metrics.placement("claim_refused");
-                    return Err(RoomsError::PlacedElsewhere);
-                }
-                Err(e) => {
-                    a.metrics.directory_error(e.code());
-                    return Err(e.into());
-                }
-            };
+        let lease = self.claim(room).await?;
         // A claim by the node that still holds the lease renews it under the same epoch. If that
         // lease belongs to an activation of ours that just ended (its writer will release it),
         // give it back now and claim afresh: the new activation gets a newer epoch, and the old
         // writer's release is refused as stale instead of releasing the new lease.
         let lease = if self.retired.get(room) == Some(&lease.epoch()) {
-            let _ = lease.release(&*a.directory).await;
-            match RoomLease::claim(&*a.directory, room, &a.node_id, a.lease_ttl, margin).await {
-                Ok(l) => l,
-                Err(DirectoryError::Conflict(_)) => {
-                    a.metrics.placement("claim_refused");
-                    return Err(RoomsError::PlacedElsewhere);
-                }
-                Err(e) => {
-                    a.metrics.directory_error(e.code());
-                    return Err(e.into());
-                }
-            }
+            let _ = lease.release(&*self.args.directory).await;
+            self.claim(room).await?
         } else {
             lease
         };
@@ -283,6 +260,23 @@ impl RoomsState {
             },
         );
         Ok(actor)
+    }
+
+    /// Claims `room`'s placement lease for this node (a conflict means another node holds it).
+    async fn claim(&self, room: &str) -> Result<RoomLease, RoomsError> {
+        let a = &self.args;
+        let margin = a.lease_ttl / LEASE_MARGIN_DIVISOR;
+        match RoomLease::claim(&*a.directory, room, &a.node_id, a.lease_ttl, margin).await {
+            Ok(l) => Ok(l),
+            Err(DirectoryError::Conflict(_)) => {
+                a.metrics.placement("claim_refused");
+                Err(RoomsError::PlacedElsewhere)
+            }
+            Err(e) => {
+                a.metrics.directory_error(e.code());
+                Err(e.into())
+            }
+        }
     }
 
     /// Hands every room off and stops it; returns how many rooms were handed off.

@@ -350,6 +350,20 @@ impl Cluster {
         Ok(out)
     }
 
+    /// Waits (at most 30 s) until the gateway's `GET /v1/peers` lists `bots` users; panics
+    /// with the count reached otherwise.
+    pub async fn wait_all_online(&self, bots: usize) {
+        let online = wait_until(Duration::from_secs(30), || async {
+            self.peers_count().await.unwrap_or(0) == bots
+        })
+        .await;
+        assert!(
+            online.is_some(),
+            "bots never all online: {} of {bots}",
+            self.peers_count().await.unwrap_or(0)
+        );
+    }
+
     /// Online users as the gateway's `GET /v1/peers` lists them (the number of entries).
     pub async fn peers_count(&self) -> anyhow::Result<usize> {
         let (status, body) = http_get(self.gateway.admin, "/v1/peers").await?;

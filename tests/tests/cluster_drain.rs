@@ -43,11 +43,7 @@ async fn a_draining_node_hands_its_rooms_off_without_disconnects() {
     let (bots, rooms) = (cfg.bots, cfg.rooms);
     let room_ids: Vec<String> = (0..rooms).map(|i| format!("dr-{i}")).collect();
     let load = tokio::spawn(plaza_load::run(cfg));
-    let online = wait_until(Duration::from_secs(30), || async {
-        c.peers_count().await.unwrap_or(0) == bots
-    })
-    .await;
-    assert!(online.is_some(), "bots never all online");
+    c.wait_all_online(bots).await;
 
     // a holds crate 1 and holds hands with b (active).
     let url = c.ws_url();

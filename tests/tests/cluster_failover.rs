@@ -35,15 +35,7 @@ async fn a_killed_node_s_sessions_resume_on_live_nodes() {
     let load = tokio::spawn(plaza_load::run(cfg));
 
     // Every bot online (presence registered through its room).
-    let online = wait_until(Duration::from_secs(30), || async {
-        c.peers_count().await.unwrap_or(0) == bots
-    })
-    .await;
-    assert!(
-        online.is_some(),
-        "bots never all online: {} of {bots}",
-        c.peers_count().await.unwrap_or(0)
-    );
+    c.wait_all_online(bots).await;
 
     // Kill the node with the most sessions.
     let by_node = c.presence_by_node().await.unwrap();

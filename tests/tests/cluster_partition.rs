@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use plaza_tests::Client;
 use plaza_tests::blackhole::Blackhole;
-use plaza_tests::cluster::{Cluster, ClusterOpts, assert_nothing_lost, wait_until};
+use plaza_tests::cluster::{Cluster, ClusterOpts, assert_nothing_lost};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_isolated_node_stops_committing_and_its_rooms_move() {
@@ -31,11 +31,7 @@ async fn an_isolated_node_stops_committing_and_its_rooms_move() {
     let cfg = c.load_config(60, 6, "pt-", 20);
     let bots = cfg.bots;
     let load = tokio::spawn(plaza_load::run(cfg));
-    let online = wait_until(Duration::from_secs(30), || async {
-        c.peers_count().await.unwrap_or(0) == bots
-    })
-    .await;
-    assert!(online.is_some(), "bots never all online");
+    c.wait_all_online(bots).await;
 
     // A probe in a room of the isolated-to-be node (join rooms until one lands there).
     let victim_prefix = format!("{}.", c.nodes[idx].name);

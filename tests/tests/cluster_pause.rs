@@ -10,7 +10,7 @@
 use std::time::Duration;
 
 use plaza_tests::Client;
-use plaza_tests::cluster::{Cluster, ClusterOpts, assert_nothing_lost, wait_until};
+use plaza_tests::cluster::{Cluster, ClusterOpts, assert_nothing_lost};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_paused_node_commits_nothing_after_it_wakes() {
@@ -20,11 +20,7 @@ async fn a_paused_node_commits_nothing_after_it_wakes() {
     let (bots, rooms) = (cfg.bots, cfg.rooms);
     let room_ids: Vec<String> = (0..rooms).map(|i| format!("ps-{i}")).collect();
     let load = tokio::spawn(plaza_load::run(cfg));
-    let online = wait_until(Duration::from_secs(30), || async {
-        c.peers_count().await.unwrap_or(0) == bots
-    })
-    .await;
-    assert!(online.is_some(), "bots never all online");
+    c.wait_all_online(bots).await;
 
     let placed = c.placements(&room_ids).await;
     let by_node = c.presence_by_node().await.unwrap();

@@ -16,11 +16,7 @@ async fn presence_is_rebuilt_after_redis_lost_its_data() {
     let (bots, rooms) = (cfg.bots, cfg.rooms);
     let room_ids: Vec<String> = (0..rooms).map(|i| format!("rr-{i}")).collect();
     let load = tokio::spawn(plaza_load::run(cfg));
-    let online = wait_until(Duration::from_secs(30), || async {
-        c.peers_count().await.unwrap_or(0) == bots
-    })
-    .await;
-    assert!(online.is_some(), "bots never all online");
+    c.wait_all_online(bots).await;
     let before = c.placements(&room_ids).await;
 
     c.redis.restart_empty().unwrap();
