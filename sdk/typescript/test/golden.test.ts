@@ -1,0 +1,116 @@
+// The shared golden fixtures (fixtures/golden/golden.json), the same file proto/tests/golden.rs
+// asserts: the TypeScript decoder must accept exactly these bytes, and the TypeScript encoders of
+// the envelopes and the compressed movement message must produce them.
+import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
+import { describe, expect, it } from "vitest";
+
+import { FrameDecoder, compress, decompress, ownFromPose, ownPose, quantize, TimestampDecoder, type Pose, zeroPose } from "../src/index.js";
+import { ClientEnvelopeSchema, MovementCompressedSchema, ServerEnvelopeSchema, SnapshotFrameSchema } from "../src/gen/plaza/v1/client_pb.js";
+import { fixture, hex, unhex } from "./fixtures.js";
+
+interface Golden {
+  keyframe_hex: string;
+  delta_hex: string;
+  server_envelope_hex: string;
+  client_envelope_hex: string;
+}
+const golden = fixture<Golden>("golden/golden.json");
+
+const pose = (p: Partial<Pose>): Pose => ({ ...zeroPose(), ...p });
+const walker = pose({ position: [1, 0, 2], velocity: [1.4, 0, 0], yawDeg: 90, movementKind: 1, animFlags: 1 });
+const prop = pose({ position: [-3.5, 0.75, 4.25] });
+const looker = pose({ position: [0.5, 0, -1], animFlags: 1, head: [10, -5] });
+const ownA = ownFromPose(9, 41, pose({ position: [0.25, 0, 0.5], animFlags: 1 }));
+const ownB = ownFromPose(9, 42, pose({ position: [0.3, 0, 0.5], animFlags: 1 }));
+
+describe("golden frames", () => {
+  it("decodes the keyframe and the delta to the documented state", () => {
+    const dec = new FrameDecoder();
+    const k = dec.apply(unhex(golden.keyframe_hex));
+    expect([k.seq, k.tick, k.keyframe, k.checked]).toEqual([1, 100, true, true]);
+    expect(k.changed).toEqual([1, 2, 5]);
+    expect(dec.entities()).toEqual([
+      { id: 1, generation: 0, kind: 0, pose: quantize(walker) },
+      { id: 2, generation: 0, kind: 1, pose: quantize(prop) },
+      { id: 5, generation: 0, kind: 0, pose: quantize(looker) },
+    ]);
+    expect(dec.own()).toEqual(ownA);
+
+    const d = dec.apply(unhex(golden.delta_hex));
+    expect([d.seq, d.baseSeq, d.tick, d.keyframe]).toEqual([2, 1, 101, false]);
+    expect(d.changed).toEqual([1, 7]);
+    expect(d.removed).toEqual([2]);
+    expect(dec.entities()).toEqual([
+      { id: 1, generation: 0, kind: 0, pose: quantize({ ...walker, position: [1.07, 0, 2] }) },
+      { id: 5, generation: 0, kind: 0, pose: quantize(looker) },
+      { id: 7, generation: 0, kind: 0, pose: quantize(pose({ position: [2, 0, 2], animFlags: 1 })) },
+    ]);
+    expect(dec.own()).toEqual(ownB);
+    expect(ownPose(dec.own()!).position).toEqual([Math.fround(0.3), 0, 0.5]);
+    // The walker's held position is exact millimetres.
+    expect(dec.get(1)!.pose.positionMm).toEqual([1070, 0, 2000]);
+  });
+
+  it("refuses the delta without its base, and keeps its state", () => {
+    const dec = new FrameDecoder();
+    expect(() => dec.apply(unhex(golden.delta_hex))).toThrowError(expect.objectContaining({ kind: "chain_break" }));
+    expect(dec.size).toBe(0);
+    dec.apply(unhex(golden.keyframe_hex));
+    const check = dec.check();
+    const bad = unhex(golden.delta_hex);
+    bad[bad.length - 1] = 0xff;
+    expect(() => dec.apply(bad)).toThrowError(expect.objectContaining({ name: "FrameError" }));
+    expect(dec.check()).toBe(check);
+    expect(dec.lastSeq()).toBe(1);
+  });
+
+  it("every truncation of the keyframe is a typed error", () => {
+    const key = unhex(golden.keyframe_hex);
+    for (let n = 0; n < key.length; n++) {
+      const dec = new FrameDecoder();
+      let err: unknown;
+      try {
+        dec.apply(key.subarray(0, n));
+      } catch (e) {
+        err = e;
+      }
+      expect(err, `prefix ${n}`).toMatchObject({ name: "FrameError" });
+    }
+  });
+});
+
+describe("golden envelopes", () => {
+  it("encodes the server envelope to the golden bytes and back", () => {
+    const env = create(ServerEnvelopeSchema, {
+      sequence: 7,
+      sentAtMs: 1_700_000_000_000n,
+      body: { case: "snapshotFrame", value: create(SnapshotFrameSchema, { frame: unhex(golden.delta_hex) }) },
+    });
+    const bytes = toBinary(ServerEnvelopeSchema, env);
+    expect(hex(bytes)).toBe(golden.server_envelope_hex);
+    const back = fromBinary(ServerEnvelopeSchema, unhex(golden.server_envelope_hex));
+    expect(back.sentAtMs).toBe(1_700_000_000_000n);
+    expect(back.body.case).toBe("snapshotFrame");
+  });
+
+  it("compresses the movement and encodes the client envelope to the golden bytes", () => {
+    const p = pose({ position: [10, 1.5, -20], velocity: [1, 0, -1], yawDeg: 135, movementKind: 1, animFlags: 1 });
+    const c = compress(p, 12.5, 1);
+    const env = create(ClientEnvelopeSchema, {
+      sessionId: 42n,
+      sequence: 3,
+      sentAtMs: 1_700_000_000_050n,
+      body: { case: "movementCompressed", value: create(MovementCompressedSchema, c) },
+    });
+    expect(hex(toBinary(ClientEnvelopeSchema, env))).toBe(golden.client_envelope_hex);
+    const back = fromBinary(ClientEnvelopeSchema, unhex(golden.client_envelope_hex));
+    expect(back.sessionId).toBe(42n);
+    expect(typeof back.sessionId).toBe("bigint");
+    if (back.body.case !== "movementCompressed") throw new Error("wrong body");
+    const d = decompress(back.body.value, new TimestampDecoder());
+    expect(d.tier).toBe(1);
+    expect(d.timestampS).toBeCloseTo(12.5, 9);
+    expect(Math.abs(d.pose.position[0] - 10)).toBeLessThan(0.02);
+    expect(Math.abs(d.pose.position[2] + 20)).toBeLessThan(0.02);
+  });
+});
