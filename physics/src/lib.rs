@@ -87,7 +87,7 @@ pub mod world;
 
 pub use config::PhysicsConfig;
 pub use definition::{DefinitionError, PropDef, PropShape, RoomDefinition, StaticShape};
-pub use movement::{MoveClaim, MoveOutcome, MoveRejection, RejectReason};
+pub use movement::{MoveClaim, MoveOutcome, MoveRejection, RejectReason, refused_step_counts};
 pub use world::{PropState, RoomPhysics};
 
 #[cfg(test)]

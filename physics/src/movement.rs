@@ -177,6 +177,24 @@ impl ClockTracker {
     }
 }
 
+/// Whether a refused move's time step still counts: the caller advances its reference time to
+/// the refused move's timestamp and the clock tracker keeps what it observed.
+///
+/// Only a step that could be real counts: finite, positive, at most `max_move_dt_s`, and past
+/// the clock check (so not [`RejectReason::NonFinite`], [`RejectReason::NonPositiveDt`] or
+/// [`RejectReason::UnknownEntity`]). Then the step is not claimed twice by the next move (the
+/// tail of an honest burst after a stall is refused [`RejectReason::Clock`] and forgiven).
+/// Any other refused move leaves no trace: a timestamp far ahead (`+5 s`, `+1e9 s`) does not
+/// become the reference, so the client's next honest move is judged against its last
+/// accepted one.
+pub fn refused_step_counts(reason: RejectReason, dt_s: f32, cfg: &PhysicsConfig) -> bool {
+    let before_clock = matches!(
+        reason,
+        RejectReason::NonFinite | RejectReason::NonPositiveDt | RejectReason::UnknownEntity
+    );
+    !before_clock && dt_s.is_finite() && dt_s > 0.0 && dt_s <= cfg.max_move_dt_s
+}
+
 /// Whether every number of the claim is finite.
 pub(crate) fn claim_is_finite(c: &MoveClaim) -> bool {
     c.position
@@ -232,6 +250,19 @@ mod tests {
         assert_eq!(RejectReason::Teleport.code(), "teleport");
         assert_eq!(RejectReason::Blocked.code(), "blocked");
         assert_eq!(RejectReason::Clock.code(), "clock");
+    }
+
+    #[test]
+    fn only_plausible_refused_steps_count() {
+        let cfg = PhysicsConfig::default();
+        assert!(refused_step_counts(RejectReason::Clock, 0.1, &cfg));
+        assert!(refused_step_counts(RejectReason::Speed, 1.0, &cfg));
+        assert!(!refused_step_counts(RejectReason::Clock, 5.0, &cfg));
+        assert!(!refused_step_counts(RejectReason::Clock, 1.0e9, &cfg));
+        assert!(!refused_step_counts(RejectReason::Speed, f32::INFINITY, &cfg));
+        assert!(!refused_step_counts(RejectReason::NonFinite, 0.1, &cfg));
+        assert!(!refused_step_counts(RejectReason::NonPositiveDt, -0.1, &cfg));
+        assert!(!refused_step_counts(RejectReason::Clock, f32::NAN, &cfg));
     }
 
     #[test]

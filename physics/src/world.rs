@@ -25,7 +25,7 @@ use crate::definition::{
 };
 use crate::movement::{
     ClockTracker, ClockVerdict, MoveClaim, MoveOutcome, MoveRejection, RejectReason,
-    check_displacement, claim_is_finite, distance, length,
+    check_displacement, claim_is_finite, distance, length, refused_step_counts,
 };
 
 /// Gap (metres) kept between the capsule's bottom and the feet position, so an avatar standing
@@ -489,7 +489,26 @@ impl RoomPhysics {
     /// height above ground (fly hack), then geometry (see the crate docs for each rule).
     /// A rejection leaves the avatar where it was, except [`RejectReason::Blocked`],
     /// where it has moved up to the obstacle; `authoritative` is the position to correct to.
+    /// A rejection whose step does not count ([`crate::refused_step_counts`]) leaves the
+    /// avatar's clock tracker as it was, too.
     pub fn validate_and_move(
+        &mut self,
+        entity: u32,
+        claimed: MoveClaim,
+        now_ms: u64,
+    ) -> Result<MoveOutcome, MoveRejection> {
+        let clock_before = self.avatars.get(&entity).map(|a| a.clock);
+        let result = self.check_and_move(entity, claimed, now_ms);
+        if let Err(rej) = &result
+            && !refused_step_counts(rej.reason, claimed.dt_s, &self.cfg)
+            && let (Some(avatar), Some(clock)) = (self.avatars.get_mut(&entity), clock_before)
+        {
+            avatar.clock = clock;
+        }
+        result
+    }
+
+    fn check_and_move(
         &mut self,
         entity: u32,
         claimed: MoveClaim,

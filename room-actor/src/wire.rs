@@ -46,6 +46,7 @@ pub(crate) fn decode(
             pose: pose_from_movement(&m),
             timestamp_s: m.timestamp,
             is_instant: m.is_instant,
+            timestamp_period_s: None,
         })),
         B::MovementCompressed(c) => {
             let compressed = plaza_proto::compressed::Compressed::from(c);
@@ -55,6 +56,7 @@ pub(crate) fn decode(
                     pose: d.pose,
                     timestamp_s: d.timestamp_s,
                     is_instant: false,
+                    timestamp_period_s: Some(plaza_proto::compressed::TIMESTAMP_BUFFER_S),
                 })),
                 Err(_) => Decoded::Invalid("movement_compressed", "does not decode"),
             }

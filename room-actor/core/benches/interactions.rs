@@ -65,6 +65,7 @@ fn traffic(room: &mut Room, spawn: &[[f32; 3]], n: u64, t: u64) {
                 },
                 timestamp_s: t as f64 * 0.02,
                 is_instant: false,
+                timestamp_period_s: None,
             }),
         );
     }

@@ -199,6 +199,7 @@ impl Sim {
                     pose,
                     timestamp_s,
                     is_instant: w.seq == 1,
+                    timestamp_period_s: None,
                 }),
             );
         }

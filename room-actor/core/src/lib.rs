@@ -32,6 +32,7 @@ pub mod interactions;
 pub mod interest;
 pub mod scene;
 pub mod snapshot;
+mod validate;
 
 use std::collections::{BTreeMap, VecDeque};
 
@@ -172,6 +173,10 @@ pub struct MoveInput {
     pub timestamp_s: f64,
     /// The client asks to be placed, not interpolated (first message, after a teleport).
     pub is_instant: bool,
+    /// `Some(period)` when `timestamp_s` comes from a circular timestamp (the compressed
+    /// movement's, [`plaza_proto::compressed::TIMESTAMP_BUFFER_S`]): the time step is then
+    /// taken modulo the period, so a wrap the decoder counted wrongly shifts nothing.
+    pub timestamp_period_s: Option<f64>,
 }
 
 /// Inputs a member sends between ticks.
@@ -414,14 +419,27 @@ pub struct RoomStats {
     pub events: u64,
 }
 
+impl RoomStats {
+    fn count_rejection(&mut self, reason: RejectReason) {
+        let i = RejectReason::ALL
+            .iter()
+            .position(|r| *r == reason)
+            .unwrap_or(0);
+        self.moves_rejected[i] += 1;
+    }
+}
+
 /// One member of the room.
 #[derive(Debug)]
 struct Member {
     entity: u32,
     pose: Pose,
     last_input_seq: u32,
-    /// Client timestamp of the last applied move, for its time step.
+    /// Client timestamp of the last applied move, for its time step (only an accepted move,
+    /// or a refused one whose step counts, moves it: `plaza_physics::refused_step_counts`).
     last_timestamp_s: Option<f64>,
+    /// Room time (ms) when `last_timestamp_s` was set: unwraps circular timestamps.
+    last_move_ms: u64,
     inputs: VecDeque<Input>,
     encoder: FrameEncoder,
     /// Avatars this member saw in the last broadcast (sorted): who is told about emotes.
@@ -728,6 +746,7 @@ impl Room {
                             pose,
                             last_input_seq: 0,
                             last_timestamp_s: None,
+                            last_move_ms: self.now_ms,
                             inputs: VecDeque::new(),
                             encoder,
                             seen: Vec::new(),
@@ -777,8 +796,28 @@ impl Room {
                     | Input::Emote { .. }
                     | Input::Scene { .. } => {}
                     Input::Move(mv) => {
+                        let correct = |m: &mut Member, reason, out: &mut Vec<Outbound>| {
+                            out.push(Outbound::Correction {
+                                session: *session,
+                                reason,
+                                pose: m.pose,
+                                last_input_seq: m.last_input_seq,
+                            });
+                        };
+                        // Yaw, head, point-at and the timestamp are not the physics
+                        // authority's: a non-finite one refuses the move, which leaves no trace.
+                        if let Err(reason) = validate::check_finite(&mv) {
+                            self.stats.count_rejection(reason);
+                            correct(m, reason, out);
+                            continue;
+                        }
                         let dt_s = match m.last_timestamp_s {
-                            Some(prev) => (mv.timestamp_s - prev) as f32,
+                            Some(prev) => validate::time_step_s(
+                                mv.timestamp_s,
+                                prev,
+                                mv.timestamp_period_s,
+                                now_ms.saturating_sub(m.last_move_ms) as f64 / 1000.0,
+                            ),
                             // The first move has no previous one: it is a placement, checked
                             // against the spawn point by the physics authority.
                             None => 0.1,
@@ -793,45 +832,33 @@ impl Room {
                         };
                         match self.physics.validate_and_move(m.entity, claim, now_ms) {
                             Ok(outcome) => {
-                                m.pose = mv.pose;
-                                m.pose.position = outcome.position;
+                                m.pose = validate::sanitise(&mv.pose, outcome.position);
                                 m.last_input_seq = mv.seq;
                                 m.last_timestamp_s = Some(mv.timestamp_s);
+                                m.last_move_ms = now_ms;
                                 self.stats.moves_applied += 1;
                                 if outcome.blocked {
                                     // Geometry stopped part of the move: the client must adopt
                                     // where it actually is.
                                     m.pose.velocity = [0.0; 3];
-                                    out.push(Outbound::Correction {
-                                        session: *session,
-                                        reason: RejectReason::Blocked,
-                                        pose: m.pose,
-                                        last_input_seq: m.last_input_seq,
-                                    });
+                                    correct(m, RejectReason::Blocked, out);
                                 }
                             }
                             Err(rej) => {
                                 let reason = RejectReason::from_physics(rej.reason);
-                                let i = RejectReason::ALL
-                                    .iter()
-                                    .position(|r| *r == reason)
-                                    .unwrap_or(0);
-                                self.stats.moves_rejected[i] += 1;
+                                self.stats.count_rejection(reason);
                                 m.pose.position = rej.authoritative;
                                 m.pose.velocity = [0.0; 3];
-                                // A rejected move still advances the client's clock when its
-                                // time is sane, so one bad step does not poison the next.
-                                if mv.timestamp_s.is_finite()
-                                    && m.last_timestamp_s.is_none_or(|p| mv.timestamp_s > p)
-                                {
+                                // A refused step that could be real still advances the client's
+                                // reference time (it is not claimed twice); any other refused
+                                // move leaves no trace, so a timestamp far ahead (+5 s, +1e9 s)
+                                // cannot refuse the client's later honest moves.
+                                let cfg = self.physics.config();
+                                if plaza_physics::refused_step_counts(rej.reason, dt_s, cfg) {
                                     m.last_timestamp_s = Some(mv.timestamp_s);
+                                    m.last_move_ms = now_ms;
                                 }
-                                out.push(Outbound::Correction {
-                                    session: *session,
-                                    reason,
-                                    pose: m.pose,
-                                    last_input_seq: m.last_input_seq,
-                                });
+                                correct(m, reason, out);
                             }
                         }
                     }
@@ -1400,6 +1427,7 @@ mod spread_tests {
                     pose: p,
                     timestamp_s: t,
                     is_instant: false,
+                    timestamp_period_s: None,
                 }),
             );
         }

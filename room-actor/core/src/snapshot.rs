@@ -191,7 +191,9 @@ impl Room {
                     entity: ms.entity,
                     pose,
                     last_input_seq: ms.last_input_seq,
-                    last_timestamp_s: ms.last_timestamp_s,
+                    // A non-finite reference time would refuse every later move.
+                    last_timestamp_s: ms.last_timestamp_s.filter(|t| t.is_finite()),
+                    last_move_ms: snap.now_ms,
                     inputs: VecDeque::new(),
                     encoder,
                     seen: Vec::new(),

@@ -15,6 +15,7 @@ fn mv(seq: u32, x: f32, z: f32, t: f64) -> Input {
         },
         timestamp_s: t,
         is_instant: false,
+        timestamp_period_s: None,
     })
 }
 
