@@ -259,9 +259,17 @@ mod tests {
         assert!(refused_step_counts(RejectReason::Speed, 1.0, &cfg));
         assert!(!refused_step_counts(RejectReason::Clock, 5.0, &cfg));
         assert!(!refused_step_counts(RejectReason::Clock, 1.0e9, &cfg));
-        assert!(!refused_step_counts(RejectReason::Speed, f32::INFINITY, &cfg));
+        assert!(!refused_step_counts(
+            RejectReason::Speed,
+            f32::INFINITY,
+            &cfg
+        ));
         assert!(!refused_step_counts(RejectReason::NonFinite, 0.1, &cfg));
-        assert!(!refused_step_counts(RejectReason::NonPositiveDt, -0.1, &cfg));
+        assert!(!refused_step_counts(
+            RejectReason::NonPositiveDt,
+            -0.1,
+            &cfg
+        ));
         assert!(!refused_step_counts(RejectReason::Clock, f32::NAN, &cfg));
     }
 

@@ -128,9 +128,29 @@ mod tests {
         assert_eq!(s.point_at, Some([65.0, 2.0, -63.0]));
         assert_eq!(s.position, [1.0, 0.0, 1.0]);
         assert!(
-            (0.0..360.0).contains(&sanitise(&Pose { yaw_deg: -1.0e-30, ..p }, [0.0; 3]).yaw_deg)
+            (0.0..360.0).contains(
+                &sanitise(
+                    &Pose {
+                        yaw_deg: -1.0e-30,
+                        ..p
+                    },
+                    [0.0; 3]
+                )
+                .yaw_deg
+            )
         );
-        assert!((0.0..360.0).contains(&sanitise(&Pose { yaw_deg: 3.0e38, ..p }, [0.0; 3]).yaw_deg));
+        assert!(
+            (0.0..360.0).contains(
+                &sanitise(
+                    &Pose {
+                        yaw_deg: 3.0e38,
+                        ..p
+                    },
+                    [0.0; 3]
+                )
+                .yaw_deg
+            )
+        );
     }
 
     #[test]
@@ -253,7 +273,10 @@ mod tests {
         assert_eq!(p.head, Some([HEAD_YAW_MAX_DEG, -HEAD_PITCH_MAX_DEG]));
         assert!((0.0..360.0).contains(&p.yaw_deg));
         let at = p.point_at.unwrap();
-        assert!((at[0] - p.position[0] - POINT_AT_MAX_M).abs() < 1e-3, "{at:?}");
+        assert!(
+            (at[0] - p.position[0] - POINT_AT_MAX_M).abs() < 1e-3,
+            "{at:?}"
+        );
         // The snapshot holds only finite numbers and restores every member.
         let snap = room.snapshot();
         assert!(snap.members.iter().all(|m| pose_is_finite(&m.pose)));
@@ -271,7 +294,10 @@ mod tests {
             for seq in 2..5 {
                 t += 0.1;
                 x += 0.1;
-                assert_eq!(send(&mut room, &mut now, walk(seq, spawn, x, t, None)), vec![]);
+                assert_eq!(
+                    send(&mut room, &mut now, walk(seq, spawn, x, t, None)),
+                    vec![]
+                );
             }
             // A move claiming to be `ahead` seconds later is refused by the clock check.
             let got = send(&mut room, &mut now, walk(5, spawn, x, t + ahead, None));
@@ -295,7 +321,10 @@ mod tests {
             let got = send(&mut room, &mut now, walk(seq, spawn, 0.0, t, None));
             assert_eq!(got.len(), 1, "{got:?}");
         }
-        assert_eq!(send(&mut room, &mut now, walk(5, spawn, 0.1, 1.1, None)), vec![]);
+        assert_eq!(
+            send(&mut room, &mut now, walk(5, spawn, 0.1, 1.1, None)),
+            vec![]
+        );
     }
 
     #[test]
@@ -313,7 +342,10 @@ mod tests {
             t += 0.1;
             x += 0.1;
             let ts = decoder.decompress(q(t));
-            assert_eq!(send(&mut room, &mut now, walk(seq, spawn, x, ts, period)), vec![]);
+            assert_eq!(
+                send(&mut room, &mut now, walk(seq, spawn, x, ts, period)),
+                vec![]
+            );
         }
         let far = decoder.decompress(q(t + 0.8 * TIMESTAMP_BUFFER_S));
         let got = send(&mut room, &mut now, walk(5, spawn, x, far, period));
