@@ -240,13 +240,13 @@ mod tests {
     #[test]
     fn issue_15_non_finite_angles_and_point_at_are_refused_and_never_stored() {
         let (mut room, spawn, mut now) = placed(1.0);
-        let bad_poses: Vec<Box<dyn Fn(&mut Pose)>> = vec![
-            Box::new(|p| p.yaw_deg = f32::NAN),
-            Box::new(|p| p.yaw_deg = f32::INFINITY),
-            Box::new(|p| p.head = Some([f32::NAN, 0.0])),
-            Box::new(|p| p.head = Some([0.0, f32::NEG_INFINITY])),
-            Box::new(|p| p.point_at = Some([0.0, f32::INFINITY, 0.0])),
-            Box::new(|p| p.point_at = Some([f32::NAN; 3])),
+        let bad_poses: [fn(&mut Pose); 6] = [
+            |p| p.yaw_deg = f32::NAN,
+            |p| p.yaw_deg = f32::INFINITY,
+            |p| p.head = Some([f32::NAN, 0.0]),
+            |p| p.head = Some([0.0, f32::NEG_INFINITY]),
+            |p| p.point_at = Some([0.0, f32::INFINITY, 0.0]),
+            |p| p.point_at = Some([f32::NAN; 3]),
         ];
         let mut t = 1.0;
         for (i, bad) in bad_poses.iter().enumerate() {
