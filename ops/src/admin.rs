@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use axum::Json;
 use axum::extract::{Query, State};
-use axum::http::StatusCode;
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::IntoResponse;
 use axum::routing::get;
 use plaza_directory::SharedDirectory;
@@ -17,6 +17,8 @@ use prometheus_client::registry::Registry;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
+
+use crate::metrics::Format;
 
 /// What the admin handlers read.
 pub struct AdminState {
@@ -101,19 +103,24 @@ async fn readyz(State(s): State<Arc<AdminState>>) -> impl IntoResponse {
     }
 }
 
-async fn metrics(State(s): State<Arc<AdminState>>) -> impl IntoResponse {
-    let mut body = String::new();
-    if prometheus_client::encoding::text::encode(&mut body, &s.registry).is_err() {
-        return (StatusCode::INTERNAL_SERVER_ERROR, String::new()).into_response();
+/// Classic Prometheus text unless the `Accept` header prefers OpenMetrics (see
+/// [`Format::negotiate`]).
+async fn metrics(State(s): State<Arc<AdminState>>, headers: HeaderMap) -> impl IntoResponse {
+    let accept = headers
+        .get(axum::http::header::ACCEPT)
+        .and_then(|v| v.to_str().ok());
+    let format = Format::negotiate(accept);
+    match crate::metrics::encode(&s.registry, format) {
+        Ok(body) => (
+            [
+                (axum::http::header::CONTENT_TYPE, format.content_type()),
+                (axum::http::header::VARY, "Accept"),
+            ],
+            body,
+        )
+            .into_response(),
+        Err(_) => (StatusCode::INTERNAL_SERVER_ERROR, String::new()).into_response(),
     }
-    (
-        [(
-            axum::http::header::CONTENT_TYPE,
-            "application/openmetrics-text; version=1.0.0; charset=utf-8",
-        )],
-        body,
-    )
-        .into_response()
 }
 
 /// One online user, as `/v1/peers` lists it.

@@ -4,11 +4,15 @@
 //! # Layout
 //! * [`config`]: layered configuration (defaults → file → env) with provenance.
 //! * [`admin`]: `/healthz`, `/readyz`, `/metrics`.
+//! * [`metrics`]: `/metrics` content negotiation, `process_*` metrics, `plaza_build_info`.
+//! * [`directory_metrics`]: directory operation latency by operation.
 //! * this module: [`Plaza`], a running set of roles (`up` = every role in one process with the
 //!   embedded directory; `node`; `gateway`), and its orderly shutdown.
 
 pub mod admin;
 pub mod config;
+pub mod directory_metrics;
+pub mod metrics;
 pub mod telemetry;
 
 use std::net::SocketAddr;
@@ -29,6 +33,7 @@ use tokio::sync::mpsc;
 
 use crate::admin::{Admin, AdminState};
 use crate::config::PlazaConfig;
+use crate::directory_metrics::{DirectoryMetrics, InstrumentedDirectory};
 
 /// Which roles a process runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -76,6 +81,11 @@ impl Plaza {
         directory: SharedDirectory,
     ) -> anyhow::Result<Self> {
         let mut registry = Registry::default();
+        metrics::register_process(&mut registry);
+        let directory_metrics = DirectoryMetrics::default();
+        directory_metrics.register(&mut registry);
+        let directory: SharedDirectory =
+            Arc::new(InstrumentedDirectory::new(directory, directory_metrics));
         let node_metrics = NodeMetrics::default();
         let gateway_metrics = GatewayMetrics::default();
         let node = if matches!(roles, Roles::All | Roles::Node) {

@@ -26,6 +26,8 @@ fn exposed() -> Exposed {
     let mut registry = Registry::default();
     NodeMetrics::default().register(&mut registry);
     GatewayMetrics::default().register(&mut registry);
+    plaza_ops::metrics::register_process(&mut registry);
+    plaza_ops::directory_metrics::DirectoryMetrics::default().register(&mut registry);
     let mut text = String::new();
     prometheus_client::encoding::text::encode(&mut text, &registry).expect("encodes");
     let mut out = Exposed::new();
@@ -156,23 +158,25 @@ fn check(exposed: &Exposed, what: &str, expr: &str) -> Vec<String> {
     problems
 }
 
-/// `plaza_*` identifiers in a PromQL expression.
+/// `plaza_*` and `process_*` identifiers in a PromQL expression.
 fn metric_names(expr: &str) -> Vec<String> {
     let mut out = Vec::new();
     let bytes = expr.as_bytes();
-    let mut i = 0;
-    while let Some(pos) = expr[i..].find("plaza_") {
-        let start = i + pos;
-        let boundary =
-            start == 0 || !(bytes[start - 1].is_ascii_alphanumeric() || bytes[start - 1] == b'_');
-        let mut end = start;
-        while end < bytes.len() && (bytes[end].is_ascii_alphanumeric() || bytes[end] == b'_') {
-            end += 1;
+    for prefix in ["plaza_", "process_"] {
+        let mut i = 0;
+        while let Some(pos) = expr[i..].find(prefix) {
+            let start = i + pos;
+            let boundary = start == 0
+                || !(bytes[start - 1].is_ascii_alphanumeric() || bytes[start - 1] == b'_');
+            let mut end = start;
+            while end < bytes.len() && (bytes[end].is_ascii_alphanumeric() || bytes[end] == b'_') {
+                end += 1;
+            }
+            if boundary {
+                out.push(expr[start..end].to_owned());
+            }
+            i = end;
         }
-        if boundary {
-            out.push(expr[start..end].to_owned());
-        }
-        i = end;
     }
     out
 }
