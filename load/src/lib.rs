@@ -281,6 +281,8 @@ pub async fn run_with_stop(
         load_cpu_seconds: (cpu_seconds() - cpu_start).max(0.0),
         load_peak_rss_mib: peak_rss_mib(),
         series,
+        server: None,
+        verdict: None,
     })
 }
 

@@ -1,12 +1,18 @@
-//! `plaza-load` CLI: parses flags into a [`plaza_load::LoadConfig`], runs it on a two-worker
-//! tokio runtime, prints the summary and writes the report files. All logic is in the library.
+//! `plaza-load` CLI: parses flags into a [`plaza_load::LoadConfig`], runs it on a tokio runtime
+//! of `--threads` workers, samples the server's process metrics when `--metrics-url` is given,
+//! judges the run against the thresholds given on the command line, prints the summary and
+//! writes the report files.
+//!
+//! Exit status: 0 = pass; 2 = bots failed or were lost (every bot; with `--strict`, any bot, or
+//! any decode error or check failure); 3 = a `--max-*` threshold was breached.
 
 use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::Context as _;
 use clap::Parser;
-use plaza_load::{LoadConfig, Scenario};
+use plaza_load::report::{ServerProcess, Thresholds};
+use plaza_load::{LoadConfig, Scenario, prom};
 
 /// Drive N bot avatars through a Plaza gateway and report what they saw.
 #[derive(Debug, Parser)]
@@ -49,9 +55,80 @@ struct Args {
     #[arg(long)]
     quiet: bool,
     /// Exit with status 2 if any bot failed or was lost, or any decode error or check failure
-    /// was counted.
+    /// was counted (without it: only if every bot failed or was lost).
     #[arg(long)]
     strict: bool,
+    /// Tokio worker threads of the bots.
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u16).range(1..))]
+    threads: u16,
+    /// Fail (exit 3) if more bots than this failed or were lost.
+    #[arg(long)]
+    max_bots_failed: Option<u64>,
+    /// Fail (exit 3) if the snapshot interval p99 exceeds this many milliseconds.
+    #[arg(long)]
+    max_snapshot_p99_ms: Option<f64>,
+    /// Fail (exit 3) if the move-to-seen p99 exceeds this many milliseconds.
+    #[arg(long)]
+    max_move_to_seen_p99_ms: Option<f64>,
+    /// Fail (exit 3) if the server's room tick p99 exceeds this many milliseconds (needs
+    /// --metrics-url).
+    #[arg(long)]
+    max_tick_p99_ms: Option<f64>,
+    /// Fail (exit 3) if the server used more than this many cores on average (needs
+    /// --metrics-url).
+    #[arg(long)]
+    max_server_cpu_cores: Option<f64>,
+}
+
+/// Scrapes the server's process metrics once per second until `stop` fires.
+async fn sample_server(
+    url: String,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) -> Option<ServerProcess> {
+    let mut first: Option<(tokio::time::Instant, f64, f64)> = None;
+    let mut last: Option<(tokio::time::Instant, f64, f64)> = None;
+    let mut out = ServerProcess::default();
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = stop.changed() => {}
+        }
+        if let Ok(text) = prom::scrape(&url, Duration::from_millis(800)).await
+            && let (Some(cpu), Some(rss)) = (
+                prom::parse_sample(&text, "process_cpu_seconds_total"),
+                prom::parse_sample(&text, "process_resident_memory_bytes"),
+            )
+        {
+            let now = tokio::time::Instant::now();
+            let rss_mib = rss / (1024.0 * 1024.0);
+            if let Some((t, c, _)) = last {
+                let dt = now.duration_since(t).as_secs_f64();
+                if dt > 0.0 {
+                    out.cpu_cores_peak = out.cpu_cores_peak.max((cpu - c).max(0.0) / dt);
+                }
+            }
+            first.get_or_insert((now, cpu, rss_mib));
+            last = Some((now, cpu, rss_mib));
+            out.rss_peak_mib = out.rss_peak_mib.max(rss_mib);
+            out.samples += 1;
+        }
+        if *stop.borrow() {
+            break;
+        }
+    }
+    let ((t0, c0, r0), (t1, c1, r1)) = (first?, last?);
+    out.window_s = t1.duration_since(t0).as_secs_f64();
+    out.cpu_seconds = (c1 - c0).max(0.0);
+    out.cpu_cores_avg = if out.window_s > 0.0 {
+        out.cpu_seconds / out.window_s
+    } else {
+        0.0
+    };
+    out.rss_start_mib = r0;
+    out.rss_end_mib = r1;
+    Some(out)
 }
 
 /// Parses `250ms`, `20s`, `2m`, `1h` or a bare number of seconds.
@@ -85,6 +162,14 @@ fn main() -> anyhow::Result<()> {
         Some(s) => Scenario::load(s).with_context(|| format!("loading scenario {s}"))?,
         None => Scenario::walkers(),
     };
+    let thresholds = Thresholds {
+        strict: args.strict,
+        max_bots_failed: args.max_bots_failed,
+        max_snapshot_p99_ms: args.max_snapshot_p99_ms,
+        max_move_to_seen_p99_ms: args.max_move_to_seen_p99_ms,
+        max_tick_p99_ms: args.max_tick_p99_ms,
+        max_server_cpu_cores: args.max_server_cpu_cores,
+    };
     let mut cfg = LoadConfig::new(args.gateway, args.bots);
     cfg.rooms = args.rooms;
     cfg.room_prefix = args.room_prefix;
@@ -92,12 +177,12 @@ fn main() -> anyhow::Result<()> {
     cfg.ramp = args.ramp;
     cfg.scenario = scenario;
     cfg.seed = args.seed;
-    cfg.metrics_url = args.metrics_url;
+    cfg.metrics_url = args.metrics_url.clone();
     cfg.ping_interval = args.ping_interval;
     cfg.progress = !args.quiet;
 
     let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
+        .worker_threads(usize::from(args.threads))
         .enable_all()
         .build()?;
     let stop = async {
@@ -108,7 +193,20 @@ fn main() -> anyhow::Result<()> {
             std::future::pending::<()>().await;
         }
     };
-    let report = runtime.block_on(plaza_load::run_with_stop(cfg, stop))?;
+    let (sampler_stop, sampler_rx) = tokio::sync::watch::channel(false);
+    let sampler = args
+        .metrics_url
+        .clone()
+        .map(|url| runtime.spawn(sample_server(url, sampler_rx)));
+    let mut report = runtime.block_on(plaza_load::run_with_stop(cfg, stop))?;
+    let _ = sampler_stop.send(true);
+    if let Some(task) = sampler {
+        report.server = runtime.block_on(task).ok().flatten();
+    }
+    let verdict = thresholds.judge(&report);
+    let (bots_ok, thresholds_ok) = (verdict.bots_ok, verdict.thresholds_ok);
+    println!("{}", verdict.line().replace("**", ""));
+    report.verdict = Some(verdict);
     println!("{}", report.summary());
     if let Some(path) = &args.report {
         let files = report.write_files(path)?;
@@ -119,9 +217,11 @@ fn main() -> anyhow::Result<()> {
             files.plots.len()
         );
     }
-    let bad = report.bots_failed + report.bots_lost + report.decode_errors + report.check_failures;
-    if args.strict && bad > 0 {
+    if !bots_ok {
         std::process::exit(2);
+    }
+    if !thresholds_ok {
+        std::process::exit(3);
     }
     Ok(())
 }

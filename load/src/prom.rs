@@ -141,6 +141,24 @@ pub fn parse_histogram(text: &str, name: &str) -> Option<HistogramBuckets> {
     Some(out)
 }
 
+/// The sum over all label sets of the sample `name` (a counter's `_total` series or a gauge);
+/// `None` if there is no such sample.
+pub fn parse_sample(text: &str, name: &str) -> Option<f64> {
+    let mut total = None;
+    for line in text.lines() {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        if let Some((series, _, value)) = split_sample(line)
+            && series == name
+        {
+            *total.get_or_insert(0.0) += value;
+        }
+    }
+    total
+}
+
 /// Splits `name{labels} value [timestamp]` into its parts.
 fn split_sample(line: &str) -> Option<(&str, &str, f64)> {
     let (head, rest) = match line.find('{') {
@@ -249,6 +267,15 @@ fn dechunk(mut body: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn samples_are_summed_over_label_sets() {
+        let text = "# TYPE process_cpu_seconds_total counter\nprocess_cpu_seconds_total 1.5\n\
+                    plaza_x_total{a=\"1\"} 2\nplaza_x_total{a=\"2\"} 3\n";
+        assert_eq!(parse_sample(text, "process_cpu_seconds_total"), Some(1.5));
+        assert_eq!(parse_sample(text, "plaza_x_total"), Some(5.0));
+        assert_eq!(parse_sample(text, "plaza_y"), None);
+    }
 
     const TEXT: &str = r#"# HELP plaza_room_tick_duration_seconds Duration of one room tick.
 # TYPE plaza_room_tick_duration_seconds histogram

@@ -149,6 +149,164 @@ pub struct Report {
     pub load_peak_rss_mib: f64,
     /// Per-second series.
     pub series: Vec<SeriesPoint>,
+    /// The server process over the run (from its `process_*` metrics), if `--metrics-url` was
+    /// scraped.
+    #[serde(default)]
+    pub server: Option<ServerProcess>,
+    /// The verdict against the command line's thresholds (filled in by the CLI).
+    #[serde(default)]
+    pub verdict: Option<Verdict>,
+}
+
+/// The server's CPU and memory over a run, from the `process_cpu_seconds_total` and
+/// `process_resident_memory_bytes` of its `/metrics`, scraped once per second.
+#[derive(Clone, Debug, Default, Deserialize, PartialEq, Serialize)]
+pub struct ServerProcess {
+    /// CPU seconds the server used between the first and the last scrape.
+    pub cpu_seconds: f64,
+    /// Seconds between the first and the last scrape.
+    pub window_s: f64,
+    /// `cpu_seconds / window_s`: cores busy on average.
+    pub cpu_cores_avg: f64,
+    /// Highest one-second CPU rate seen (cores).
+    pub cpu_cores_peak: f64,
+    /// Resident memory at the first scrape (MiB).
+    pub rss_start_mib: f64,
+    /// Resident memory at the last scrape (MiB).
+    pub rss_end_mib: f64,
+    /// Highest resident memory seen (MiB).
+    pub rss_peak_mib: f64,
+    /// Scrapes that returned both metrics.
+    pub samples: u64,
+}
+
+/// Limits a run is judged against (all optional; the bots rule always applies).
+#[derive(Clone, Debug, Default, Deserialize, PartialEq, Serialize)]
+pub struct Thresholds {
+    /// `--strict`: any failed or lost bot, decode error or check failure fails the run;
+    /// otherwise only "every bot failed or was lost" does.
+    pub strict: bool,
+    /// Most bots that may fail or be lost.
+    pub max_bots_failed: Option<u64>,
+    /// Snapshot interval p99 limit (ms).
+    pub max_snapshot_p99_ms: Option<f64>,
+    /// Move-to-seen p99 limit (ms).
+    pub max_move_to_seen_p99_ms: Option<f64>,
+    /// Server room tick p99 limit (ms).
+    pub max_tick_p99_ms: Option<f64>,
+    /// Server CPU limit (average cores over the run).
+    pub max_server_cpu_cores: Option<f64>,
+}
+
+/// A run's verdict.
+#[derive(Clone, Debug, Default, Deserialize, PartialEq, Serialize)]
+pub struct Verdict {
+    /// No bots rule broken.
+    pub bots_ok: bool,
+    /// No threshold breached.
+    pub thresholds_ok: bool,
+    /// Every check, with its outcome, as one line each (`PASS snapshot p99 61 ms <= 100 ms`).
+    pub checks: Vec<String>,
+}
+
+impl Verdict {
+    /// Whether the run passed.
+    pub fn pass(&self) -> bool {
+        self.bots_ok && self.thresholds_ok
+    }
+
+    /// The one-line verdict that opens the Markdown summary.
+    pub fn line(&self) -> String {
+        let failed: Vec<&str> = self
+            .checks
+            .iter()
+            .filter_map(|c| c.strip_prefix("FAIL "))
+            .collect();
+        if failed.is_empty() {
+            format!("**Verdict: PASS** ({} checks)", self.checks.len())
+        } else {
+            format!("**Verdict: FAIL**: {}", failed.join("; "))
+        }
+    }
+}
+
+impl Thresholds {
+    /// Judges `r`.
+    pub fn judge(&self, r: &Report) -> Verdict {
+        let mut checks = Vec::new();
+        let started = r.bots_requested.saturating_sub(r.bots_not_started);
+        let gone = r.bots_failed + r.bots_lost;
+        let bots_ok = if self.strict {
+            let bad = gone + r.decode_errors + r.check_failures;
+            checks.push(format!(
+                "{} {gone} bots failed or lost, {} decode errors, {} check failures (strict: 0)",
+                if bad == 0 { "PASS" } else { "FAIL" },
+                r.decode_errors,
+                r.check_failures
+            ));
+            bad == 0
+        } else {
+            let all = started > 0 && gone >= started;
+            checks.push(format!(
+                "{} {gone} of {started} bots failed or lost",
+                if all { "FAIL" } else { "PASS" }
+            ));
+            !all
+        };
+        let mut thresholds_ok = true;
+        let mut limit = |name: &str, value: Option<f64>, max: Option<f64>, unit: &str| {
+            let Some(max) = max else { return };
+            match value {
+                Some(v) if v <= max => {
+                    checks.push(format!("PASS {name} {v:.1}{unit} <= {max}{unit}"))
+                }
+                Some(v) => {
+                    thresholds_ok = false;
+                    checks.push(format!("FAIL {name} {v:.1}{unit} > {max}{unit}"));
+                }
+                None => {
+                    thresholds_ok = false;
+                    checks.push(format!("FAIL {name} not measured (limit {max}{unit})"));
+                }
+            }
+        };
+        limit(
+            "bots failed or lost",
+            Some(gone as f64),
+            self.max_bots_failed.map(|m| m as f64),
+            "",
+        );
+        let measured = |p: Percentiles| (p.count > 0).then_some(p.p99);
+        limit(
+            "snapshot p99",
+            measured(r.snapshot_interval_ms),
+            self.max_snapshot_p99_ms,
+            " ms",
+        );
+        limit(
+            "move-to-seen p99",
+            measured(r.move_to_seen_ms),
+            self.max_move_to_seen_p99_ms,
+            " ms",
+        );
+        limit(
+            "server tick p99",
+            r.server_tick_p99_ms,
+            self.max_tick_p99_ms,
+            " ms",
+        );
+        limit(
+            "server CPU",
+            r.server.as_ref().map(|s| s.cpu_cores_avg),
+            self.max_server_cpu_cores,
+            " cores",
+        );
+        Verdict {
+            bots_ok,
+            thresholds_ok,
+            checks,
+        }
+    }
 }
 
 /// Paths of the files [`Report::write_files`] wrote.
@@ -195,6 +353,9 @@ impl Report {
     /// The Markdown summary; `plots` are file names of PNGs beside it to embed.
     pub fn to_markdown(&self, plots: &[String]) -> String {
         let mut s = String::new();
+        if let Some(v) = &self.verdict {
+            let _ = writeln!(s, "{}\n", v.line());
+        }
         let _ = writeln!(s, "# plaza-load report: {}\n", self.scenario);
         let _ = writeln!(
             s,
@@ -249,6 +410,24 @@ impl Report {
                     (Some(a), Some(b)) => format!("{a:.3} ms / {b:.3} ms"),
                     _ => "not scraped".into(),
                 },
+            ),
+            (
+                "server CPU (avg / peak cores, CPU s)",
+                self.server.as_ref().map_or("not scraped".into(), |p| {
+                    format!(
+                        "{:.2} / {:.2} ({:.1} s over {:.1} s)",
+                        p.cpu_cores_avg, p.cpu_cores_peak, p.cpu_seconds, p.window_s
+                    )
+                }),
+            ),
+            (
+                "server RSS (start / end / peak)",
+                self.server.as_ref().map_or("not scraped".into(), |p| {
+                    format!(
+                        "{:.0} / {:.0} / {:.0} MiB",
+                        p.rss_start_mib, p.rss_end_mib, p.rss_peak_mib
+                    )
+                }),
             ),
             (
                 "load tool CPU",
@@ -358,6 +537,44 @@ fn kv(k: &KeyedCounts) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn verdict_opens_the_summary_and_judges_thresholds() {
+        let mut r = sample_report();
+        let t = Thresholds {
+            max_snapshot_p99_ms: Some(100.0),
+            max_tick_p99_ms: Some(1.0),
+            ..Thresholds::default()
+        };
+        let v = t.judge(&r);
+        assert!(v.bots_ok && !v.thresholds_ok, "{v:?}");
+        r.verdict = Some(v);
+        let md = r.to_markdown(&[]);
+        assert!(
+            md.starts_with("**Verdict: FAIL**: server tick p99 1.5 ms > 1 ms\n"),
+            "{md}"
+        );
+        // Without --strict only "every bot failed or was lost" fails the bots rule.
+        r.bots_connected = 0;
+        r.bots_failed = 10;
+        assert!(!Thresholds::default().judge(&r).bots_ok);
+        r.bots_connected = 9;
+        r.bots_failed = 1;
+        assert!(Thresholds::default().judge(&r).pass());
+        let strict = Thresholds {
+            strict: true,
+            ..Thresholds::default()
+        };
+        assert!(!strict.judge(&r).bots_ok);
+        r.server = Some(ServerProcess {
+            cpu_cores_avg: 0.5,
+            ..ServerProcess::default()
+        });
+        assert!(
+            r.to_markdown(&[])
+                .contains("| server CPU (avg / peak cores, CPU s) | 0.50 /")
+        );
+    }
 
     pub(crate) fn sample_report() -> Report {
         let mut r = Report {
