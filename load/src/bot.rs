@@ -599,6 +599,7 @@ impl Bot {
             SBody::Joined(j) => self.on_joined(j, now),
             SBody::Left(_) => self.enter_away(now),
             SBody::Negotiated(_) => {}
+            SBody::Expressions(_) => {}
         }
         Ok(())
     }
@@ -941,6 +942,9 @@ impl Bot {
             EventKind::SceneSync(_) => "scene_sync",
             EventKind::Rejected(_) => "rejected",
             EventKind::SceneClient(_) => "scene_client",
+            EventKind::Roster(_) => "roster",
+            EventKind::Teleported(_) => "teleported",
+            EventKind::Block(_) => "block",
         };
         self.shared.stats.keyed.lock().events_by_kind.bump(name);
         let own = self.own_entity;

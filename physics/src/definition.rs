@@ -42,6 +42,49 @@ pub struct RoomDefinition {
     /// Dynamic props that can be held, placed and thrown.
     #[serde(default)]
     pub props: Vec<PropDef>,
+    /// Named spawn points (teleport destinations). Joiners appear around `spawn`; a spawn point
+    /// is where a portal or a teleport request leads.
+    #[serde(default)]
+    pub spawn_points: Vec<SpawnPoint>,
+    /// Portals: an avatar whose accepted move ends within a portal's radius is moved by the
+    /// server to the portal's target spawn point.
+    #[serde(default)]
+    pub portals: Vec<Portal>,
+}
+
+/// Most spawn points and portals a definition may hold (each).
+pub const MAX_DESTINATIONS: usize = 256;
+/// Longest spawn point or portal name, bytes.
+pub const MAX_DESTINATION_NAME: usize = 64;
+
+/// A named place avatars can be sent to.
+#[derive(Clone, Debug, Deserialize, PartialEq, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct SpawnPoint {
+    /// Room-unique name (non-empty, at most [`MAX_DESTINATION_NAME`] bytes).
+    pub name: String,
+    /// Feet position on arrival.
+    pub position: [f32; 3],
+    /// Yaw on arrival, degrees.
+    #[serde(default)]
+    pub yaw_deg: f32,
+    /// Whether a client may ask to be sent here (`plaza.v1.TeleportRequest`).
+    #[serde(default)]
+    pub requestable: bool,
+}
+
+/// A portal: a sphere that sends whoever walks into it to a spawn point.
+#[derive(Clone, Debug, Deserialize, PartialEq, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Portal {
+    /// Room-unique name among portals.
+    pub name: String,
+    /// Centre of the trigger sphere (feet positions are tested).
+    pub position: [f32; 3],
+    /// Radius of the trigger sphere, metres (> 0).
+    pub radius: f32,
+    /// Name of the spawn point it leads to.
+    pub target: String,
 }
 
 fn default_gravity() -> [f32; 3] {
@@ -186,6 +229,15 @@ pub enum DefinitionError {
     /// A prop starts outside the bounds (or, when added at run time, inside static geometry).
     #[error("prop {0} starts outside the room bounds or inside geometry")]
     PropOutOfBounds(u32),
+    /// A spawn point or portal with an empty, too long or duplicate name.
+    #[error("destination name {0:?} is empty, too long or not unique")]
+    BadDestinationName(String),
+    /// A spawn point or portal outside the bounds.
+    #[error("destination {0:?} is outside the room bounds")]
+    DestinationOutOfBounds(String),
+    /// A portal whose target names no spawn point.
+    #[error("portal {0:?} leads to no spawn point")]
+    UnknownPortalTarget(String),
     /// Too many statics or props.
     #[error("too many {what} (at most {max})")]
     TooMany {
@@ -273,7 +325,58 @@ impl RoomDefinition {
                 return Err(DefinitionError::PropOutOfBounds(p.id));
             }
         }
+        self.validate_destinations()
+    }
+
+    fn validate_destinations(&self) -> Result<(), DefinitionError> {
+        if self.spawn_points.len() > MAX_DESTINATIONS || self.portals.len() > MAX_DESTINATIONS {
+            return Err(DefinitionError::TooMany {
+                what: "spawn points or portals",
+                max: MAX_DESTINATIONS,
+            });
+        }
+        let bad_name = |n: &str| n.trim().is_empty() || n.len() > MAX_DESTINATION_NAME;
+        let mut names = std::collections::BTreeSet::new();
+        for sp in &self.spawn_points {
+            if bad_name(&sp.name) || !names.insert(sp.name.as_str()) {
+                return Err(DefinitionError::BadDestinationName(sp.name.clone()));
+            }
+            check_vec(&sp.name, sp.position)?;
+            if !sp.yaw_deg.is_finite() {
+                return Err(DefinitionError::NonFinite(sp.name.clone()));
+            }
+            if !self.contains(sp.position) {
+                return Err(DefinitionError::DestinationOutOfBounds(sp.name.clone()));
+            }
+        }
+        let mut portals = std::collections::BTreeSet::new();
+        for p in &self.portals {
+            if bad_name(&p.name) || !portals.insert(p.name.as_str()) {
+                return Err(DefinitionError::BadDestinationName(p.name.clone()));
+            }
+            check_vec(&p.name, p.position)?;
+            check_positive(&p.name, &[p.radius])?;
+            if !self.contains(p.position) {
+                return Err(DefinitionError::DestinationOutOfBounds(p.name.clone()));
+            }
+            if !names.contains(p.target.as_str()) {
+                return Err(DefinitionError::UnknownPortalTarget(p.name.clone()));
+            }
+        }
         Ok(())
+    }
+
+    /// The spawn point named `name`.
+    pub fn spawn_point(&self, name: &str) -> Option<&SpawnPoint> {
+        self.spawn_points.iter().find(|s| s.name == name)
+    }
+
+    /// The first portal whose sphere contains the feet position `p`.
+    pub fn portal_at(&self, p: [f32; 3]) -> Option<&Portal> {
+        self.portals.iter().find(|portal| {
+            let d2: f32 = (0..3).map(|i| (p[i] - portal.position[i]).powi(2)).sum();
+            d2 <= portal.radius * portal.radius
+        })
     }
 
     /// Whether `p` lies within the room bounds (inclusive). False for non-finite points.
@@ -371,6 +474,56 @@ mod tests {
         assert!(!def.statics.is_empty());
         assert!(!def.props.is_empty());
         def.validate().unwrap();
+    }
+
+    #[test]
+    fn destinations_validate() {
+        let mut base = RoomDefinition::default_plaza();
+        assert!(
+            base.spawn_point("stage").is_some(),
+            "the plaza ships spawn points"
+        );
+        assert!(
+            base.portals.is_empty(),
+            "bots walk the default plaza: no portals there"
+        );
+        base.portals.push(Portal {
+            name: "to-stage".into(),
+            position: [8.0, 0.0, -8.0],
+            radius: 1.0,
+            target: "stage".into(),
+        });
+        base.validate().unwrap();
+        let portal = &base.portals[0];
+        assert_eq!(
+            base.portal_at(portal.position).map(|p| &p.name),
+            Some(&portal.name)
+        );
+        assert!(base.portal_at([1000.0, 0.0, 0.0]).is_none());
+        let mut bad = base.clone();
+        bad.portals[0].target = "nowhere".into();
+        assert!(matches!(
+            bad.validate(),
+            Err(DefinitionError::UnknownPortalTarget(_))
+        ));
+        let mut bad = base.clone();
+        bad.spawn_points.push(bad.spawn_points[0].clone());
+        assert!(matches!(
+            bad.validate(),
+            Err(DefinitionError::BadDestinationName(_))
+        ));
+        let mut bad = base.clone();
+        bad.spawn_points[0].position = [0.0, 0.0, 500.0];
+        assert!(matches!(
+            bad.validate(),
+            Err(DefinitionError::DestinationOutOfBounds(_))
+        ));
+        let mut bad = base;
+        bad.portals[0].radius = 0.0;
+        assert!(matches!(
+            bad.validate(),
+            Err(DefinitionError::InvalidShape(_))
+        ));
     }
 
     #[test]

@@ -86,7 +86,9 @@ pub mod movement;
 pub mod world;
 
 pub use config::PhysicsConfig;
-pub use definition::{DefinitionError, PropDef, PropShape, RoomDefinition, StaticShape};
+pub use definition::{
+    DefinitionError, Portal, PropDef, PropShape, RoomDefinition, SpawnPoint, StaticShape,
+};
 pub use movement::{MoveClaim, MoveOutcome, MoveRejection, RejectReason, refused_step_counts};
 pub use world::{PropState, RoomPhysics};
 

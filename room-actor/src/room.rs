@@ -743,6 +743,7 @@ impl RoomState {
                     },
                     interest_cap: cfg.interest_cap,
                     position: Some(vec3(spawn)),
+                    ..Default::default()
                 };
                 self.send_envelope(
                     session,

@@ -131,6 +131,13 @@ pub(crate) fn decode(
             })
         }
         B::Negotiate(_) | B::Join(_) | B::Ping(_) => Decoded::Ignore,
+        // Issue 12: the room core does not take these yet; refused with a typed reason until it
+        // does.
+        B::Teleport(_) => Decoded::Invalid("teleport", "not supported by this room yet"),
+        B::Block(_) => Decoded::Invalid("block", "not supported by this room yet"),
+        B::PersonalSpace(_) => Decoded::Invalid("personal_space", "not supported by this room yet"),
+        B::Expression(_) => Decoded::Invalid("expression", "not supported by this room yet"),
+        B::Profile(_) => Decoded::Invalid("profile", "not supported by this room yet"),
     }
 }
 
@@ -180,6 +187,7 @@ pub(crate) fn event(e: &RoomEvent) -> pb::Event {
             emote_id: emote_id.clone(),
             stop: *stop,
             timestamp_ms: *timestamp_ms,
+            ..Default::default()
         }),
         EventBody::SceneTick {
             scene,
@@ -206,6 +214,7 @@ pub(crate) fn event(e: &RoomEvent) -> pb::Event {
             tick: *tick,
             game_state: game_state.clone().into(),
             client_state: client_state.as_str().to_owned(),
+            ..Default::default()
         }),
         EventBody::SceneClient {
             scene,
