@@ -23,6 +23,7 @@ pub mod resume;
 pub mod router;
 pub mod session;
 mod trace;
+mod viewer;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -172,7 +173,8 @@ impl Gateway {
         });
         let app = HttpRouter::new()
             .route("/v1/ws", get(ws_handler))
-            .with_state(shared);
+            .with_state(shared)
+            .merge(viewer::router());
         let mut stop = shutdown_rx;
         let send_buffer = cfg.socket_send_buffer;
         let server = tokio::spawn(async move {

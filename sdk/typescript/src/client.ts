@@ -232,6 +232,11 @@ export class PlazaClient {
     return this.meter.snapshot();
   }
 
+  /** The avatar with this entity id, if in view. */
+  avatar(entityId: number): Avatar | undefined {
+    return this.avatars.get(entityId);
+  }
+
   avatarList(): Avatar[] {
     return [...this.avatars.values()];
   }

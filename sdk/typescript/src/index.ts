@@ -20,3 +20,5 @@ export * from "./client.js";
 export * from "./net.js";
 export { Emitter } from "./events.js";
 export * from "./smoothing.js";
+export * from "./pacer.js";
+export * from "./replicas.js";

@@ -1,12 +1,16 @@
 // The client against a real `plaza up`: negotiate, join, frames, movement seen by another
 // client within quantization, ping RTT, resync after a forced decode error, reconnect with the
 // resume token after the socket drops, and a terminal close that is not retried.
+import { readFileSync } from "node:fs";
+import { dirname, join } from "node:path";
+import { fileURLToPath } from "node:url";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import WebSocket from "ws";
 
 import { PlazaClient, type WebSocketLike, positionM, zeroPose, type Pose } from "../src/index.js";
 import { startPlaza, until, type Plaza } from "./plaza.js";
 
+const PKG = join(dirname(fileURLToPath(import.meta.url)), "..");
 let plaza: Plaza;
 const clients: PlazaClient[] = [];
 const ws = (url: string) => new WebSocket(url) as unknown as WebSocketLike;
@@ -27,6 +31,16 @@ afterAll(async () => {
 });
 
 describe("PlazaClient against plaza up", () => {
+  it("serves the viewer at / and its committed bundle at /viewer.js", async () => {
+    const page = await fetch(`${plaza.httpUrl}/`);
+    expect(page.status).toBe(200);
+    expect(page.headers.get("content-type")).toContain("text/html");
+    expect(await page.text()).toContain('<script type="module" src="viewer.js">');
+    const js = await fetch(`${plaza.httpUrl}/viewer.js`);
+    expect(js.headers.get("content-type")).toContain("javascript");
+    expect(await js.text()).toBe(readFileSync(join(PKG, "viewer", "dist", "viewer.js"), "utf8"));
+  });
+
   it("joins, moves, and is seen by another client within quantization", async () => {
     const a = client("live-move", "alice");
     const b = client("live-move", "bob");
