@@ -1,14 +1,31 @@
 //! The admin endpoints: `/healthz` (the process is alive), `/readyz` (it takes traffic and its
 //! directory answers), `/metrics` (Prometheus text), and `/v1/peers` (online users from the
 //! directory, optionally `?ids=a,b`).
+//!
+//! # Readiness, per role (`/readyz`)
+//! The admin server starts before anything else, so `/healthz` answers `ok` from the first
+//! moment and `/readyz` explains why the process is not ready yet:
+//! * every role: 503 `waiting for the directory (URL): attempt N failed: CODE` while Redis is
+//!   retried at start; 503 `starting` while the roles start; 503 `directory unavailable`
+//!   whenever the directory stops answering later (Redis down); 503 `not ready` while stopping.
+//! * `plaza gateway`: 200 once its WebSocket listener is bound (it can attach sessions to any
+//!   live node; with no node yet, joins are refused with a retryable close).
+//! * `plaza node`: 200 once its gRPC listener is bound and it is registered in the directory;
+//!   503 again as soon as it drains (SIGTERM), so no new session is routed to it.
+//! * `plaza up`: 200 once both are.
+//!
+//! # Operator API
+//! `/v1/…` needs `Authorization: Bearer <admin.token>`. With no token configured only callers
+//! on a loopback address get in (`plaza up` on a laptop); every other caller gets 401. Every operator call is audited to the
+//! `plaza::audit` log target (caller address, method, path, outcome).
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use axum::Json;
-use axum::extract::{Query, State};
+use axum::extract::{ConnectInfo, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::IntoResponse;
 use axum::routing::get;
@@ -23,18 +40,50 @@ use crate::metrics::Format;
 /// What the admin handlers read.
 pub struct AdminState {
     registry: Registry,
+    /// The operator API's bearer token; empty = open, allowed only on a loopback listener.
+    token: String,
     ready: AtomicBool,
-    directory: SharedDirectory,
+    /// Set once the directory is connected (start-up retries it first).
+    directory: OnceLock<SharedDirectory>,
+    /// Why the process is not ready yet (shown by `/readyz`).
+    status: Mutex<String>,
 }
 
 impl AdminState {
-    /// State over a metrics registry and the directory.
-    pub fn new(registry: Registry, directory: SharedDirectory) -> Self {
+    /// State over a metrics registry; the directory comes later ([`AdminState::set_directory`]).
+    pub fn new(registry: Registry) -> Self {
+        Self::with_token(registry, String::new())
+    }
+
+    /// State whose operator API (`/v1/…`) needs `Authorization: Bearer <token>`.
+    pub fn with_token(registry: Registry, token: String) -> Self {
         Self {
             registry,
+            token,
             ready: AtomicBool::new(false),
-            directory,
+            directory: OnceLock::new(),
+            status: Mutex::new("starting".into()),
         }
+    }
+
+    /// The directory, once connected.
+    pub fn set_directory(&self, directory: SharedDirectory) {
+        let _ = self.directory.set(directory);
+    }
+
+    /// What `/readyz` says while not ready.
+    pub fn set_status(&self, status: &str) {
+        *self
+            .status
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = status.to_owned();
+    }
+
+    fn status(&self) -> String {
+        self.status
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
     }
 }
 
@@ -53,19 +102,28 @@ impl Admin {
             .await
             .map_err(|e| anyhow::anyhow!("admin bind {listen}: {e}"))?;
         let addr = listener.local_addr()?;
+        let operator = axum::Router::new()
+            .route("/v1/peers", get(peers))
+            .route_layer(axum::middleware::from_fn_with_state(
+                state.clone(),
+                require_token,
+            ));
         let app = axum::Router::new()
             .route("/healthz", get(|| async { "ok\n" }))
             .route("/readyz", get(readyz))
             .route("/metrics", get(metrics))
-            .route("/v1/peers", get(peers))
+            .merge(operator)
             .with_state(state.clone());
         let (stop, mut rx) = watch::channel(false);
         let task = tokio::spawn(async move {
-            let _ = axum::serve(listener, app)
-                .with_graceful_shutdown(async move {
-                    let _ = rx.wait_for(|s| *s).await;
-                })
-                .await;
+            let _ = axum::serve(
+                listener,
+                app.into_make_service_with_connect_info::<SocketAddr>(),
+            )
+            .with_graceful_shutdown(async move {
+                let _ = rx.wait_for(|s| *s).await;
+            })
+            .await;
         });
         tracing::info!(%addr, "admin listening (/healthz /readyz /metrics /v1/peers)");
         Ok(Self {
@@ -81,6 +139,11 @@ impl Admin {
         self.addr
     }
 
+    /// What `/readyz` says while not ready.
+    pub fn set_status(&self, status: &str) {
+        self.state.set_status(status);
+    }
+
     /// Sets readiness.
     pub fn set_ready(&self, ready: bool) {
         self.state.ready.store(ready, Ordering::Relaxed);
@@ -94,13 +157,76 @@ impl Admin {
 }
 
 async fn readyz(State(s): State<Arc<AdminState>>) -> impl IntoResponse {
+    let Some(directory) = s.directory.get() else {
+        return (StatusCode::SERVICE_UNAVAILABLE, format!("{}\n", s.status()));
+    };
     if !s.ready.load(Ordering::Relaxed) {
-        return (StatusCode::SERVICE_UNAVAILABLE, "not ready\n");
+        let status = s.status();
+        let why = if status == "ready" {
+            "not ready".into()
+        } else {
+            status
+        };
+        return (StatusCode::SERVICE_UNAVAILABLE, format!("{why}\n"));
     }
-    match s.directory.live_nodes().await {
-        Ok(_) => (StatusCode::OK, "ready\n"),
-        Err(_) => (StatusCode::SERVICE_UNAVAILABLE, "directory unavailable\n"),
+    match directory.live_nodes().await {
+        Ok(_) => (StatusCode::OK, "ready\n".to_owned()),
+        Err(e) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("directory unavailable: {}\n", e.code()),
+        ),
     }
+}
+
+/// The operator API's gate: `Authorization: Bearer <admin.token>` (compared in constant time),
+/// or, with no token configured, a loopback caller; 401 otherwise. Every call, allowed or not, is written to the `plaza::audit` log target with
+/// the caller's address, method and path.
+async fn require_token(
+    State(s): State<Arc<AdminState>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    let presented = req
+        .headers()
+        .get(axum::http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .unwrap_or("");
+    // No token configured: only callers on this host (loopback) get in.
+    let allowed = if s.token.is_empty() {
+        peer.ip().is_loopback()
+    } else {
+        constant_time_eq(presented.as_bytes(), s.token.as_bytes())
+    };
+    let (method, path) = (req.method().clone(), req.uri().path().to_owned());
+    if !allowed {
+        tracing::warn!(target: "plaza::audit", %peer, %method, %path, outcome = "denied", "operator call");
+        return (
+            StatusCode::UNAUTHORIZED,
+            [(axum::http::header::WWW_AUTHENTICATE, "Bearer")],
+            Json(serde_json::json!({ "ok": false, "error": "unauthorized" })),
+        )
+            .into_response();
+    }
+    let response = next.run(req).await;
+    tracing::info!(
+        target: "plaza::audit",
+        %peer,
+        %method,
+        %path,
+        status = response.status().as_u16(),
+        outcome = "allowed",
+        "operator call"
+    );
+    response
+}
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 /// Classic Prometheus text unless the `Accept` header prefers OpenMetrics (see
@@ -143,7 +269,14 @@ async fn peers(
             .map(str::to_owned)
             .collect()
     });
-    match s.directory.peers(ids.as_deref()).await {
+    let Some(directory) = s.directory.get() else {
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Json(serde_json::json!({ "ok": false, "error": "unavailable" })),
+        )
+            .into_response();
+    };
+    match directory.peers(ids.as_deref()).await {
         Ok(entries) => {
             let peers: Vec<Peer> = entries
                 .into_iter()

@@ -6,8 +6,8 @@
 //! example and the defaults cannot drift apart; a test checks that every key of the schema is
 //! in it.
 
-use std::collections::BTreeMap;
-use std::net::SocketAddr;
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::{SocketAddr, ToSocketAddrs as _};
 use std::path::Path;
 use std::time::Duration;
 
@@ -33,8 +33,89 @@ pub struct PlazaConfig {
     pub room: RoomSection,
     /// The directory.
     pub directory: DirectorySection,
-    /// Logs and traces.
+    /// Logs.
+    pub log: LogSection,
+    /// Traces.
     pub telemetry: TelemetrySection,
+}
+
+/// A listen address as written: `host:port`, where host is an IP address (IPv6 in brackets)
+/// or a host name resolved at start (`localhost:7777`, `0.0.0.0:7777`, `[::1]:7777`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct Address(String);
+
+impl Address {
+    /// The first address the host name resolves to (IPv4 first, as `localhost` should bind
+    /// where clients dial).
+    pub fn resolve(&self) -> std::io::Result<SocketAddr> {
+        if let Ok(a) = self.0.parse::<SocketAddr>() {
+            return Ok(a);
+        }
+        let addrs: Vec<SocketAddr> = self.0.to_socket_addrs()?.collect();
+        addrs
+            .iter()
+            .find(|a| a.is_ipv4())
+            .or(addrs.first())
+            .copied()
+            .ok_or_else(|| std::io::Error::other(format!("{} resolves to no address", self.0)))
+    }
+
+    /// As written.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Display for Address {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl TryFrom<String> for Address {
+    type Error = String;
+
+    fn try_from(s: String) -> Result<Self, String> {
+        if s.parse::<SocketAddr>().is_ok() {
+            return Ok(Self(s));
+        }
+        let Some((host, port)) = s.rsplit_once(':') else {
+            return Err(format!("`{s}` is not host:port"));
+        };
+        if port.parse::<u16>().is_err() {
+            return Err(format!("`{s}`: port `{port}` is not 0..=65535"));
+        }
+        let name_ok = !host.is_empty()
+            && host.len() <= 253
+            && host
+                .split('.')
+                .all(|l| !l.is_empty() && l.chars().all(|c| c.is_ascii_alphanumeric() || c == '-'));
+        if !name_ok {
+            return Err(format!("`{s}`: `{host}` is not an IP address or host name"));
+        }
+        Ok(Self(s))
+    }
+}
+
+impl std::str::FromStr for Address {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        Self::try_from(s.to_owned())
+    }
+}
+
+impl From<Address> for String {
+    fn from(a: Address) -> Self {
+        a.0
+    }
+}
+
+impl From<SocketAddr> for Address {
+    fn from(a: SocketAddr) -> Self {
+        Self(a.to_string())
+    }
 }
 
 /// `[gateway]`
@@ -42,7 +123,7 @@ pub struct PlazaConfig {
 #[serde(deny_unknown_fields)]
 #[allow(missing_docs)]
 pub struct GatewaySection {
-    pub listen: SocketAddr,
+    pub listen: Address,
     pub max_frame_bytes: usize,
     pub movement_hz: u32,
     pub events_per_s: u32,
@@ -56,6 +137,7 @@ pub struct GatewaySection {
     pub resume_deadline_ms: u64,
     pub socket_send_buffer: usize,
     pub in_process_node: bool,
+    pub shutdown_timeout_ms: u64,
 }
 
 /// `[admin]`
@@ -63,7 +145,8 @@ pub struct GatewaySection {
 #[serde(deny_unknown_fields)]
 #[allow(missing_docs)]
 pub struct AdminSection {
-    pub listen: SocketAddr,
+    pub listen: Address,
+    pub token: String,
 }
 
 /// `[node]`
@@ -72,12 +155,13 @@ pub struct AdminSection {
 #[allow(missing_docs)]
 pub struct NodeSection {
     pub id: String,
-    pub listen: SocketAddr,
+    pub listen: Address,
     pub advertise: String,
     pub lease_ttl_ms: u64,
     pub heartbeat_ttl_ms: u64,
     pub session_queue: usize,
     pub event_log: String,
+    pub drain_timeout_ms: u64,
 }
 
 /// A room's capacity tier.
@@ -115,6 +199,8 @@ pub struct DirectorySection {
     pub redis_url: String,
     pub key_prefix: String,
     pub sweep_interval_ms: u64,
+    pub connect_timeout_ms: u64,
+    pub connect_backoff_max_ms: u64,
 }
 
 /// `[telemetry]`
@@ -122,24 +208,63 @@ pub struct DirectorySection {
 #[serde(deny_unknown_fields)]
 #[allow(missing_docs)]
 pub struct TelemetrySection {
-    pub log: String,
     pub otlp_endpoint: String,
+    pub service_name: String,
+    pub resource_attributes: String,
+    pub traces_sampler: String,
+    pub traces_sampler_arg: String,
 }
 
-/// Why the configuration was refused.
+/// How log lines are written.
+#[derive(Clone, Copy, Debug, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    /// Human-readable lines (colour only on a terminal).
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// `[log]`
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+#[allow(missing_docs)]
+pub struct LogSection {
+    pub level: String,
+    pub format: LogFormat,
+}
+
+/// Why the configuration was refused. Every message names where the bad value came from (the
+/// file's path, the environment variable, or the key of a built-in default).
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
-    /// The file or environment could not be read or parsed (names the key when it is unknown).
-    #[error("configuration: {0}")]
-    Load(#[from] config::ConfigError),
-    /// A value is out of its valid range.
-    #[error("configuration: {key}: {why}")]
+    /// The file or environment could not be read or parsed, or names an unknown key.
+    #[error("{origin}: {message}")]
+    Load {
+        /// The file path or `environment variable NAME`.
+        origin: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// A value is out of its valid range (or breaks a rule between keys).
+    #[error("{key}{origin}: {why}")]
     Invalid {
         /// The key.
         key: &'static str,
+        /// ` (from …)`, filled in by [`load`] from the provenance; empty otherwise.
+        origin: String,
         /// Why.
-        why: &'static str,
+        why: String,
     },
+}
+
+impl ConfigError {
+    fn load(origin: impl Into<String>, message: impl std::fmt::Display) -> Self {
+        Self::Load {
+            origin: origin.into(),
+            message: message.to_string(),
+        }
+    }
 }
 
 /// Where an effective value came from.
@@ -171,20 +296,44 @@ pub fn load(
             .filter(|(k, _)| k.starts_with("PLAZA__"))
             .collect(),
     };
-    let mut b = config::Config::builder().add_source(config::File::from_str(
+    let defaults: toml::Table = DEFAULTS_TOML
+        .parse()
+        .expect("embedded defaults parse (tested)");
+    let mut known = Vec::new();
+    flatten("", &toml::Value::Table(defaults), &mut known);
+    let known: BTreeSet<String> = known.into_iter().collect();
+
+    let base = config::Config::builder().add_source(config::File::from_str(
         DEFAULTS_TOML,
         config::FileFormat::Toml,
     ));
     let mut file_keys = Vec::new();
+    let mut b = base;
     if let Some(path) = file {
-        let text = std::fs::read_to_string(path).map_err(|e| {
-            config::ConfigError::Message(format!("cannot read {}: {e}", path.display()))
-        })?;
+        let origin = path.display().to_string();
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| ConfigError::load(&origin, format!("cannot read: {e}")))?;
         let table: toml::Table = text
             .parse()
-            .map_err(|e| config::ConfigError::Message(format!("{}: {e}", path.display())))?;
+            .map_err(|e: toml::de::Error| ConfigError::load(&origin, e.to_string().trim_end()))?;
         flatten("", &toml::Value::Table(table), &mut file_keys);
+        if let Some(k) = file_keys.iter().find(|k| !known.contains(*k)) {
+            return Err(ConfigError::load(&origin, format!("unknown key `{k}`")));
+        }
         b = b.add_source(config::File::from_str(&text, config::FileFormat::Toml));
+        // The file alone over the defaults: a bad value here is the file's.
+        b.build_cloned()
+            .and_then(config::Config::try_deserialize::<PlazaConfig>)
+            .map_err(|e| ConfigError::load(&origin, strip_config_noise(&e)))?;
+    }
+    for var in env_map.keys() {
+        let key = env_key(var);
+        if !known.contains(&key) {
+            return Err(ConfigError::load(
+                format!("environment variable {var}"),
+                format!("unknown key `{key}`"),
+            ));
+        }
     }
     b = b.add_source(
         config::Environment::with_prefix(ENV_PREFIX)
@@ -193,18 +342,30 @@ pub fn load(
             .try_parsing(true)
             .source(Some(env_map.clone().into_iter().collect())),
     );
-    let cfg: PlazaConfig = b.build()?.try_deserialize()?;
-    cfg.validate()?;
+    let cfg: PlazaConfig = b
+        .build()
+        .and_then(config::Config::try_deserialize)
+        .map_err(|e| {
+            let text = strip_config_noise(&e);
+            // Name the variable whose key the message mentions, else every variable set.
+            let vars: Vec<&String> = env_map
+                .keys()
+                .filter(|v| {
+                    text.contains(&format!("`{}`", env_key(v))) || text.contains(&env_key(v))
+                })
+                .collect();
+            let vars: Vec<&String> = if vars.is_empty() {
+                env_map.keys().collect()
+            } else {
+                vars
+            };
+            let names: Vec<&str> = vars.iter().map(|v| v.as_str()).collect();
+            ConfigError::load(format!("environment variable {}", names.join(", ")), text)
+        })?;
 
     let mut prov = Provenance::new();
-    let defaults: toml::Table = DEFAULTS_TOML
-        .parse()
-        .expect("embedded defaults parse (tested)");
-    let mut keys = Vec::new();
-    flatten("", &toml::Value::Table(defaults), &mut keys);
-    for key in keys {
-        let env_key = format!("PLAZA__{}", key.replace('.', "__").to_uppercase());
-        let src = if env_map.contains_key(&env_key) {
+    for key in known {
+        let src = if env_map.contains_key(&env_var(&key)) {
             Source::Env
         } else if file_keys.contains(&key) {
             Source::File
@@ -213,7 +374,54 @@ pub fn load(
         };
         prov.insert(key, src);
     }
+    cfg.validate().map_err(|e| e.with_origin(&prov, file))?;
     Ok((cfg, prov))
+}
+
+/// `PLAZA__GATEWAY__LISTEN` → `gateway.listen`.
+fn env_key(var: &str) -> String {
+    var.strip_prefix("PLAZA__")
+        .unwrap_or(var)
+        .to_lowercase()
+        .replace("__", ".")
+}
+
+/// `gateway.listen` → `PLAZA__GATEWAY__LISTEN`.
+pub fn env_var(key: &str) -> String {
+    format!("PLAZA__{}", key.replace('.', "__").to_uppercase())
+}
+
+/// The `config` crate's message without its own origin suffixes (we name the origin).
+fn strip_config_noise(e: &config::ConfigError) -> String {
+    let text = e.to_string();
+    match text
+        .find(" in the environment")
+        .or_else(|| text.find(" in string"))
+    {
+        Some(i) => text[..i].to_owned(),
+        None => text,
+    }
+}
+
+impl ConfigError {
+    /// Names where an invalid value came from.
+    pub fn with_origin(self, prov: &Provenance, file: Option<&Path>) -> Self {
+        match self {
+            Self::Invalid { key, why, .. } => {
+                let origin = match prov.get(key) {
+                    Some(Source::Env) => format!(" (from environment variable {})", env_var(key)),
+                    Some(Source::File) => format!(
+                        " (from {})",
+                        file.map_or("the file".into(), |p| p.display().to_string())
+                    ),
+                    Some(Source::Flag) => " (from a command-line flag)".into(),
+                    _ => String::new(),
+                };
+                Self::Invalid { key, origin, why }
+            }
+            other => other,
+        }
+    }
 }
 
 fn flatten(prefix: &str, v: &toml::Value, out: &mut Vec<String>) {
@@ -240,7 +448,13 @@ impl PlazaConfig {
 
     /// Checks value ranges that types alone do not express.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        let bad = |key, why| Err(ConfigError::Invalid { key, why });
+        let bad = |key, why: &str| {
+            Err(ConfigError::Invalid {
+                key,
+                origin: String::new(),
+                why: why.to_owned(),
+            })
+        };
         let r = &self.room;
         if !(1..=1000).contains(&r.tick_hz) {
             return bad("room.tick_hz", "must be 1..=1000");
@@ -277,6 +491,61 @@ impl PlazaConfig {
         if !(10..=3_600_000).contains(&self.directory.sweep_interval_ms) {
             return bad("directory.sweep_interval_ms", "must be 10..=3600000");
         }
+        let d = &self.directory;
+        let url = d.redis_url.trim();
+        if !url.is_empty() {
+            let Some((scheme, rest)) = url.split_once("://") else {
+                return bad(
+                    "directory.redis_url",
+                    "must be redis://, rediss:// or unix:// URL",
+                );
+            };
+            if !matches!(scheme, "redis" | "rediss" | "unix" | "redis+unix") {
+                return bad(
+                    "directory.redis_url",
+                    "scheme must be redis, rediss or unix",
+                );
+            }
+            let host = rest.rsplit_once('@').map_or(rest, |(_, h)| h);
+            let tcp = scheme == "redis" || scheme == "rediss";
+            if host.is_empty() || (tcp && host.starts_with('/')) {
+                return bad("directory.redis_url", "has no host");
+            }
+        }
+        if d.connect_backoff_max_ms == 0 || d.connect_backoff_max_ms > d.connect_timeout_ms.max(1) {
+            return bad(
+                "directory.connect_backoff_max_ms",
+                "must be 1..=directory.connect_timeout_ms",
+            );
+        }
+        if n.drain_timeout_ms == 0 {
+            return bad("node.drain_timeout_ms", "must be > 0");
+        }
+        if g.shutdown_timeout_ms == 0 {
+            return bad("gateway.shutdown_timeout_ms", "must be > 0");
+        }
+        let endpoint = self.telemetry.otlp_endpoint.trim();
+        if !endpoint.is_empty()
+            && !(endpoint.starts_with("http://") || endpoint.starts_with("https://"))
+        {
+            return bad(
+                "telemetry.otlp_endpoint",
+                "must be an http:// or https:// URL",
+            );
+        }
+        for (key, a) in [
+            ("gateway.listen", &self.gateway.listen),
+            ("admin.listen", &self.admin.listen),
+            ("node.listen", &self.node.listen),
+        ] {
+            if let Err(e) = a.resolve() {
+                return Err(ConfigError::Invalid {
+                    key,
+                    origin: String::new(),
+                    why: format!("cannot resolve `{a}`: {e}"),
+                });
+            }
+        }
         Ok(())
     }
 
@@ -308,11 +577,11 @@ impl PlazaConfig {
     }
 
     /// The node config these settings describe.
-    pub fn node_config(&self) -> plaza_room_actor::NodeConfig {
+    pub fn node_config(&self) -> std::io::Result<plaza_room_actor::NodeConfig> {
         let n = &self.node;
-        plaza_room_actor::NodeConfig {
+        Ok(plaza_room_actor::NodeConfig {
             node_id: n.id.clone(),
-            listen: n.listen,
+            listen: n.listen.resolve()?,
             advertise: (!n.advertise.is_empty()).then(|| n.advertise.clone()),
             room: self.room_actor(),
             lease_ttl: Duration::from_millis(n.lease_ttl_ms),
@@ -320,14 +589,14 @@ impl PlazaConfig {
             session_queue: n.session_queue,
             unique_id: true,
             event_log: (!n.event_log.is_empty()).then(|| n.event_log.clone().into()),
-        }
+        })
     }
 
     /// The gateway config these settings describe.
-    pub fn gateway_config(&self) -> plaza_gateway::GatewayConfig {
+    pub fn gateway_config(&self) -> std::io::Result<plaza_gateway::GatewayConfig> {
         let g = &self.gateway;
-        plaza_gateway::GatewayConfig {
-            listen: g.listen,
+        Ok(plaza_gateway::GatewayConfig {
+            listen: g.listen.resolve()?,
             limits: plaza_gateway::limits::Limits {
                 max_frame_bytes: g.max_frame_bytes,
                 movement_hz: g.movement_hz,
@@ -342,7 +611,7 @@ impl PlazaConfig {
             resume_ttl: Duration::from_millis(g.resume_ttl_ms),
             max_connections: g.max_connections,
             socket_send_buffer: (g.socket_send_buffer > 0).then_some(g.socket_send_buffer),
-        }
+        })
     }
 }
 
@@ -359,9 +628,54 @@ pub fn render(cfg: &PlazaConfig, prov: &Provenance) -> String {
             v = &v[part];
         }
         let src = prov.get(&key).copied().unwrap_or(Source::Default);
-        out.push_str(&format!("{key} = {v}  # {}\n", source_name(src)));
+        let shown = match v {
+            toml::Value::String(text) => toml::Value::String(redact(&key, text)).to_string(),
+            other => other.to_string(),
+        };
+        out.push_str(&format!("{key} = {shown}  # {}\n", source_name(src)));
     }
     out
+}
+
+/// What `plaza config print` shows of a string value: keys that hold a secret (their name has
+/// `token`, `secret`, `password` or `passphrase`, but not a `_file`/`_path` suffix) as
+/// `<redacted>` when set, and the password of any URL (`redis://:s3cret@host`) as `***`.
+pub fn redact(key: &str, value: &str) -> String {
+    let name = key.rsplit('.').next().unwrap_or(key);
+    let secret_name = ["token", "secret", "password", "passphrase"]
+        .iter()
+        .any(|w| name.contains(w))
+        && !name.ends_with("_file")
+        && !name.ends_with("_path");
+    if secret_name && !value.is_empty() {
+        return "<redacted>".into();
+    }
+    redact_url_password(value)
+}
+
+fn redact_url_password(value: &str) -> String {
+    let Some(scheme_end) = value.find("://") else {
+        return value.to_owned();
+    };
+    let rest = &value[scheme_end + 3..];
+    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let authority = &rest[..authority_end];
+    let Some(at) = authority.rfind('@') else {
+        return value.to_owned();
+    };
+    let userinfo = &authority[..at];
+    let redacted_userinfo = match userinfo.split_once(':') {
+        Some((user, pass)) if !pass.is_empty() => format!("{user}:***"),
+        Some(_) => userinfo.to_owned(),
+        // `redis://s3cret@host`: Redis reads a lone userinfo as the password.
+        None if !userinfo.is_empty() => "***".into(),
+        None => String::new(),
+    };
+    format!(
+        "{}{redacted_userinfo}{}",
+        &value[..scheme_end + 3],
+        &rest[at..]
+    )
 }
 
 fn source_name(s: Source) -> &'static str {
@@ -424,9 +738,88 @@ mod tests {
     }
 
     #[test]
-    fn invalid_values_are_refused() {
+    fn invalid_values_are_refused_naming_their_source() {
         let env = BTreeMap::from([("PLAZA__ROOM__BROADCAST_HZ".to_owned(), "500".to_owned())]);
         let err = load(None, Some(env)).unwrap_err().to_string();
-        assert!(err.contains("room.broadcast_hz"), "{err}");
+        assert!(
+            err.contains("room.broadcast_hz")
+                && err.contains("environment variable PLAZA__ROOM__BROADCAST_HZ"),
+            "{err}"
+        );
+        let env = BTreeMap::from([("PLAZA__GATEWAY__LISTEN_PORT".to_owned(), "1".to_owned())]);
+        let err = load(None, Some(env)).unwrap_err().to_string();
+        assert_eq!(
+            err,
+            "environment variable PLAZA__GATEWAY__LISTEN_PORT: unknown key `gateway.listen_port`"
+        );
+        let env = BTreeMap::from([("PLAZA__ROOM__TICK_HZ".to_owned(), "fast".to_owned())]);
+        let err = load(None, Some(env)).unwrap_err().to_string();
+        assert!(
+            err.starts_with("environment variable PLAZA__ROOM__TICK_HZ: ")
+                && err.contains("tick_hz"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn file_errors_name_the_file() {
+        let dir = std::env::temp_dir().join(format!("plaza-cfg-file-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("bad.toml");
+        std::fs::write(&path, "[room]\ntick_hz = \"fast\"\n").unwrap();
+        let err = load(Some(&path), Some(BTreeMap::new()))
+            .unwrap_err()
+            .to_string();
+        assert!(err.starts_with(&path.display().to_string()), "{err}");
+        std::fs::write(&path, "[room]\ntick_hz = 10\nbroadcast_hz = 20\n").unwrap();
+        let err = load(Some(&path), Some(BTreeMap::new()))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("room.broadcast_hz") && err.contains(&path.display().to_string()),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn addresses_accept_host_names() {
+        let env = BTreeMap::from([(
+            "PLAZA__GATEWAY__LISTEN".to_owned(),
+            "localhost:7777".to_owned(),
+        )]);
+        let (cfg, _) = load(None, Some(env)).unwrap();
+        assert_eq!(cfg.gateway.listen.as_str(), "localhost:7777");
+        let a = cfg.gateway.listen.resolve().unwrap();
+        assert!(a.ip().is_loopback() && a.port() == 7777, "{a}");
+        for bad in ["localhost", "localhost:99999", ":80", "a b:1"] {
+            assert!(bad.parse::<Address>().is_err(), "{bad}");
+        }
+        assert!("[::1]:7777".parse::<Address>().is_ok());
+    }
+
+    #[test]
+    fn secrets_are_redacted() {
+        assert_eq!(
+            redact("directory.redis_url", "redis://:s3cret@redis:6379/0"),
+            "redis://:***@redis:6379/0"
+        );
+        assert_eq!(
+            redact("directory.redis_url", "rediss://plaza:s3cret@redis:6379"),
+            "rediss://plaza:***@redis:6379"
+        );
+        assert_eq!(
+            redact("directory.redis_url", "redis://redis:6379"),
+            "redis://redis:6379"
+        );
+        assert_eq!(redact("admin.token", "abc"), "<redacted>");
+        assert_eq!(redact("admin.token", ""), "");
+        assert_eq!(redact("admin.token_file", "/run/t"), "/run/t");
+        let mut cfg = PlazaConfig::defaults();
+        cfg.directory.redis_url = "redis://:s3cret@redis:6379".into();
+        let text = render(&cfg, &Provenance::new());
+        assert!(
+            !text.contains("s3cret") && text.contains("redis://:***@redis:6379"),
+            "{text}"
+        );
     }
 }

@@ -52,6 +52,8 @@ pub struct Plaza {
     node: Option<Node>,
     admin: Admin,
     directory: SharedDirectory,
+    /// How long the gateway waits for its sessions to close on shutdown.
+    shutdown_timeout: Duration,
     /// Deletes expired directory records every `directory.sweep_interval_ms` (every role runs
     /// one: sweeps are idempotent, so several sweepers only cost a little Redis time).
     _sweeper: Sweeper,
@@ -68,10 +70,11 @@ impl std::fmt::Debug for Plaza {
 }
 
 impl Plaza {
-    /// Starts `roles` as `cfg` says.
+    /// Starts `roles` as `cfg` says. The admin server starts first, so `/healthz` answers and
+    /// `/readyz` reports "waiting for the directory" while Redis is retried
+    /// (`directory.connect_timeout_ms`, backoff up to `directory.connect_backoff_max_ms`).
     pub async fn start(cfg: &PlazaConfig, roles: Roles) -> anyhow::Result<Self> {
-        let directory = open_directory(cfg, roles).await?;
-        Self::start_with_directory(cfg, roles, directory).await
+        Self::start_inner(cfg, roles, None).await
     }
 
     /// Starts `roles` over an existing directory (tests share one between processes' roles).
@@ -80,22 +83,86 @@ impl Plaza {
         roles: Roles,
         directory: SharedDirectory,
     ) -> anyhow::Result<Self> {
+        Self::start_inner(cfg, roles, Some(directory)).await
+    }
+
+    async fn start_inner(
+        cfg: &PlazaConfig,
+        roles: Roles,
+        directory: Option<SharedDirectory>,
+    ) -> anyhow::Result<Self> {
         let mut registry = Registry::default();
         metrics::register_process(&mut registry);
         let directory_metrics = DirectoryMetrics::default();
         directory_metrics.register(&mut registry);
-        let directory: SharedDirectory =
-            Arc::new(InstrumentedDirectory::new(directory, directory_metrics));
         let node_metrics = NodeMetrics::default();
         let gateway_metrics = GatewayMetrics::default();
-        let node = if matches!(roles, Roles::All | Roles::Node) {
+        let runs_node = matches!(roles, Roles::All | Roles::Node);
+        let runs_gateway = matches!(roles, Roles::All | Roles::Gateway);
+        if runs_node {
             node_metrics.register(&mut registry);
-            Some(Node::start(cfg.node_config(), directory.clone(), node_metrics).await?)
+        }
+        if runs_gateway {
+            gateway_metrics.register(&mut registry);
+        }
+        let admin_addr = cfg
+            .admin
+            .listen
+            .resolve()
+            .map_err(|e| anyhow::anyhow!("admin.listen `{}`: {e}", cfg.admin.listen))?;
+        let state = Arc::new(AdminState::with_token(registry, cfg.admin.token.clone()));
+        let admin = Admin::start(admin_addr, state.clone()).await?;
+        let directory = match directory {
+            Some(d) => d,
+            None => match open_directory(cfg, roles, &state).await {
+                Ok(d) => d,
+                Err(e) => {
+                    admin.shutdown().await;
+                    return Err(e);
+                }
+            },
+        };
+        let directory: SharedDirectory =
+            Arc::new(InstrumentedDirectory::new(directory, directory_metrics));
+        state.set_directory(directory.clone());
+        let started =
+            Self::start_roles(cfg, roles, &directory, node_metrics, gateway_metrics).await;
+        let (node, gateway) = match started {
+            Ok(r) => r,
+            Err(e) => {
+                admin.shutdown().await;
+                return Err(e);
+            }
+        };
+        let sweeper = Sweeper::spawn(
+            directory.clone(),
+            Duration::from_millis(cfg.directory.sweep_interval_ms),
+        );
+        state.set_status("ready");
+        admin.set_ready(true);
+        Ok(Self {
+            gateway,
+            node,
+            admin,
+            directory,
+            shutdown_timeout: Duration::from_millis(cfg.gateway.shutdown_timeout_ms),
+            _sweeper: sweeper,
+        })
+    }
+
+    async fn start_roles(
+        cfg: &PlazaConfig,
+        roles: Roles,
+        directory: &SharedDirectory,
+        node_metrics: NodeMetrics,
+        gateway_metrics: GatewayMetrics,
+    ) -> anyhow::Result<(Option<Node>, Option<Gateway>)> {
+        let node = if matches!(roles, Roles::All | Roles::Node) {
+            Some(Node::start(cfg.node_config()?, directory.clone(), node_metrics).await?)
         } else {
             None
         };
         let gateway = if matches!(roles, Roles::All | Roles::Gateway) {
-            gateway_metrics.register(&mut registry);
             // The node of this process is attached to through channels: no loopback gRPC hop.
             let local = node
                 .as_ref()
@@ -103,7 +170,7 @@ impl Plaza {
                 .map(|n| Arc::new(InProcessNode(n.host().clone())) as Arc<dyn LocalNode>);
             Some(
                 Gateway::start_with(
-                    cfg.gateway_config(),
+                    cfg.gateway_config()?,
                     directory.clone(),
                     gateway_metrics,
                     Arc::new(DevAuthenticator),
@@ -114,20 +181,7 @@ impl Plaza {
         } else {
             None
         };
-        let sweeper = Sweeper::spawn(
-            directory.clone(),
-            Duration::from_millis(cfg.directory.sweep_interval_ms),
-        );
-        let state = Arc::new(AdminState::new(registry, directory.clone()));
-        let admin = Admin::start(cfg.admin.listen, state).await?;
-        admin.set_ready(true);
-        Ok(Self {
-            gateway,
-            node,
-            admin,
-            directory,
-            _sweeper: sweeper,
-        })
+        Ok((node, gateway))
     }
 
     /// The gateway's client address (`ws://ADDR/v1/ws`), if this process runs one.
@@ -159,6 +213,9 @@ impl Plaza {
     /// its sessions moved there by the gateways; waits at most `timeout` for the node to empty.
     /// Returns how many rooms were handed off. Call [`Plaza::shutdown`] afterwards.
     pub async fn drain(&self, timeout: Duration) -> usize {
+        // A draining node takes no new sessions: not ready from now on.
+        self.admin.set_status("draining");
+        self.admin.set_ready(false);
         match &self.node {
             Some(n) => n.drain(timeout).await,
             None => 0,
@@ -170,7 +227,7 @@ impl Plaza {
     pub async fn shutdown(self) {
         self.admin.set_ready(false);
         if let Some(g) = self.gateway {
-            g.shutdown(Duration::from_secs(5)).await;
+            g.shutdown(self.shutdown_timeout).await;
         }
         if let Some(n) = self.node {
             n.shutdown().await;
@@ -194,7 +251,14 @@ impl LocalNode for InProcessNode {
     }
 }
 
-async fn open_directory(cfg: &PlazaConfig, roles: Roles) -> anyhow::Result<SharedDirectory> {
+/// The embedded directory (`plaza up` without Redis) or Redis, retried with exponential backoff
+/// (100 ms doubling to `directory.connect_backoff_max_ms`) for at most
+/// `directory.connect_timeout_ms`; every failure is logged and shown by `/readyz`.
+async fn open_directory(
+    cfg: &PlazaConfig,
+    roles: Roles,
+    state: &AdminState,
+) -> anyhow::Result<SharedDirectory> {
     let url = cfg.directory.redis_url.trim();
     if url.is_empty() {
         anyhow::ensure!(
@@ -204,12 +268,51 @@ async fn open_directory(cfg: &PlazaConfig, roles: Roles) -> anyhow::Result<Share
         );
         return Ok(Arc::new(MemoryDirectory::new()));
     }
-    let opts = RedisOptions {
-        prefix: cfg.directory.key_prefix.clone(),
-        ..RedisOptions::default()
-    };
-    let dir = RedisDirectory::connect_with(url, boot_era(), opts).await?;
-    Ok(Arc::new(dir))
+    let shown = config::redact("directory.redis_url", url);
+    let era = boot_era();
+    let limit = Duration::from_millis(cfg.directory.connect_timeout_ms);
+    let max_backoff = Duration::from_millis(cfg.directory.connect_backoff_max_ms);
+    let started = tokio::time::Instant::now();
+    let mut backoff = Duration::from_millis(100).min(max_backoff);
+    let mut attempt = 1u32;
+    loop {
+        let opts = RedisOptions {
+            prefix: cfg.directory.key_prefix.clone(),
+            ..RedisOptions::default()
+        };
+        match RedisDirectory::connect_with(url, era, opts).await {
+            Ok(dir) => {
+                if attempt > 1 {
+                    tracing::info!(url = %shown, attempt, "directory connected");
+                }
+                return Ok(Arc::new(dir));
+            }
+            Err(e) => {
+                let waited = started.elapsed();
+                if waited + backoff > limit {
+                    anyhow::bail!(
+                        "directory {shown}: still unreachable after {attempt} attempts in {} ms \
+                         (directory.connect_timeout_ms): {e}",
+                        waited.as_millis()
+                    );
+                }
+                tracing::warn!(
+                    url = %shown,
+                    attempt,
+                    retry_in_ms = backoff.as_millis() as u64,
+                    error = %e,
+                    "directory unreachable; retrying"
+                );
+                state.set_status(&format!(
+                    "waiting for the directory ({shown}): attempt {attempt} failed: {}",
+                    e.code()
+                ));
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(max_backoff);
+                attempt += 1;
+            }
+        }
+    }
 }
 
 /// This process's boot era for fencing epochs: wall-clock milliseconds at start, so a node that

@@ -1,15 +1,20 @@
 //! The `plaza` binary: `plaza up` runs every role in one process; `plaza node` and
 //! `plaza gateway` run one role of a cluster; `plaza config print` shows the effective
-//! configuration and where each value came from.
+//! configuration (secrets redacted) and where each value came from; `plaza config check`
+//! validates it without starting anything.
+//!
+//! Errors are printed once, as one `plaza: …` line naming their source, never with a
+//! backtrace; the exit status is 1 (2 for command-line usage errors, from clap).
 //!
 //! Signals: SIGINT/SIGTERM stop the process in order; a `plaza node` first drains (hands its
 //! rooms to other nodes, whose gateways move the sessions without a disconnect).
 
-use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
-use plaza_ops::config::{self, PlazaConfig, Provenance, Source};
+use plaza_ops::config::{self, Address, PlazaConfig, Provenance, Source};
 use plaza_ops::{Plaza, Roles};
 
 #[derive(Debug, Parser)]
@@ -40,8 +45,11 @@ enum Cmd {
 
 #[derive(Debug, Subcommand)]
 enum ConfigCmd {
-    /// Print the effective configuration and where each value came from.
+    /// Print the effective configuration and where each value came from (secrets redacted).
     Print(RoleArgs),
+    /// Validate the configuration (file, environment, flags, log filter, OpenTelemetry
+    /// variables, URLs and the rules between keys) without starting anything.
+    Check(RoleArgs),
 }
 
 #[derive(Debug, Args)]
@@ -49,12 +57,13 @@ struct RoleArgs {
     /// Configuration file (TOML).
     #[arg(long, short = 'c')]
     config: Option<PathBuf>,
-    /// Listen address: the client WebSocket for `up`/`gateway`, the gRPC address for `node`.
+    /// Listen address (`host:port`): the client WebSocket for `up`/`gateway`, the gRPC
+    /// address for `node`.
     #[arg(long)]
-    listen: Option<SocketAddr>,
-    /// Admin address (health, readiness, metrics).
+    listen: Option<Address>,
+    /// Admin address (`host:port`: health, readiness, metrics, operator API).
     #[arg(long)]
-    admin_listen: Option<SocketAddr>,
+    admin_listen: Option<Address>,
     /// Redis URL of the cluster directory.
     #[arg(long)]
     redis: Option<String>,
@@ -68,7 +77,7 @@ struct RoleArgs {
 
 fn load(args: &RoleArgs, role: Roles) -> anyhow::Result<(PlazaConfig, Provenance)> {
     let (mut cfg, mut prov) = config::load(args.config.as_deref(), None)?;
-    if let Some(l) = args.listen {
+    if let Some(l) = args.listen.clone() {
         if role == Roles::Node {
             cfg.node.listen = l;
             prov.insert("node.listen".into(), Source::Flag);
@@ -77,7 +86,7 @@ fn load(args: &RoleArgs, role: Roles) -> anyhow::Result<(PlazaConfig, Provenance
             prov.insert("gateway.listen".into(), Source::Flag);
         }
     }
-    if let Some(a) = args.admin_listen {
+    if let Some(a) = args.admin_listen.clone() {
         cfg.admin.listen = a;
         prov.insert("admin.listen".into(), Source::Flag);
     }
@@ -93,12 +102,24 @@ fn load(args: &RoleArgs, role: Roles) -> anyhow::Result<(PlazaConfig, Provenance
         cfg.node.event_log = p.display().to_string();
         prov.insert("node.event_log".into(), Source::Flag);
     }
-    cfg.validate()?;
+    cfg.validate()
+        .map_err(|e| e.with_origin(&prov, args.config.as_deref()))?;
     Ok((cfg, prov))
 }
 
-fn main() -> anyhow::Result<()> {
+fn main() -> ExitCode {
     let cli = Cli::parse();
+    match real_main(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            // Once, on one line, with its causes joined: no "Caused by" repeat, no backtrace.
+            eprintln!("plaza: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn real_main(cli: Cli) -> anyhow::Result<()> {
     let (args, roles) = match cli.cmd {
         Cmd::Config {
             cmd: ConfigCmd::Print(args),
@@ -107,11 +128,41 @@ fn main() -> anyhow::Result<()> {
             print!("{}", config::render(&cfg, &prov));
             return Ok(());
         }
+        Cmd::Config {
+            cmd: ConfigCmd::Check(args),
+        } => {
+            let (cfg, prov) = load(&args, Roles::All)?;
+            plaza_ops::telemetry::check(&cfg, &plaza_ops::telemetry::process_env())?;
+            let from = |src: Source| match src {
+                Source::Default => "default",
+                Source::File => "file",
+                Source::Env => "env",
+                Source::Flag => "flag",
+            };
+            let set: Vec<String> = prov
+                .iter()
+                .filter(|(_, s)| **s != Source::Default)
+                .map(|(k, s)| format!("{k} ({})", from(*s)))
+                .collect();
+            println!(
+                "configuration ok: {} keys, {} set ({})",
+                prov.len(),
+                set.len(),
+                if set.is_empty() {
+                    "all defaults".to_owned()
+                } else {
+                    set.join(", ")
+                }
+            );
+            return Ok(());
+        }
         Cmd::Up(a) => (a, Roles::All),
         Cmd::Node(a) => (a, Roles::Node),
         Cmd::Gateway(a) => (a, Roles::Gateway),
     };
     let (cfg, _) = load(&args, roles)?;
+    // The log filter and OTEL_* variables are checked before anything starts.
+    plaza_ops::telemetry::check(&cfg, &plaza_ops::telemetry::process_env())?;
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?
@@ -137,7 +188,9 @@ async fn run(cfg: PlazaConfig, roles: Roles) -> anyhow::Result<()> {
     if roles == Roles::Node {
         // A node hands its rooms to other nodes first; gateways move the sessions.
         tracing::info!("draining");
-        let handed = plaza.drain(DRAIN_TIMEOUT).await;
+        let handed = plaza
+            .drain(Duration::from_millis(cfg.node.drain_timeout_ms))
+            .await;
         tracing::info!(rooms = handed, "drained");
     }
     tracing::info!("shutting down");
@@ -146,9 +199,6 @@ async fn run(cfg: PlazaConfig, roles: Roles) -> anyhow::Result<()> {
     telemetry.shutdown();
     Ok(())
 }
-
-/// Longest a node waits for its rooms and sessions to move away on SIGTERM.
-const DRAIN_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 
 async fn wait_for_signal() {
     #[cfg(unix)]

@@ -87,7 +87,7 @@ fn type_of(key: &Key) -> &'static str {
         .remove("v")
         .expect("v");
     match value {
-        toml::Value::String(s) if s.parse::<SocketAddr>().is_ok() => "address (`ip:port`)",
+        toml::Value::String(s) if s.parse::<SocketAddr>().is_ok() => "address (`host:port`)",
         toml::Value::String(_) => "string",
         toml::Value::Integer(_) if key.name.ends_with("_ms") => "integer, ms",
         toml::Value::Integer(_) if key.name.ends_with("_bytes_per_s") => "integer, bytes/s",

@@ -107,8 +107,8 @@ fn env_names_real_keys_and_loads() {
             "{var} not applied"
         );
     }
-    assert!(cfg.gateway.listen.ip().is_unspecified());
-    assert!(cfg.admin.listen.ip().is_unspecified());
+    assert!(cfg.gateway.listen.resolve().unwrap().ip().is_unspecified());
+    assert!(cfg.admin.listen.resolve().unwrap().ip().is_unspecified());
 }
 
 #[test]

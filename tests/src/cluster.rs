@@ -425,7 +425,7 @@ fn spawn(
         )
         .env("PLAZA__GATEWAY__RESUME_DEADLINE_MS", "20000")
         .env("PLAZA__GATEWAY__MAX_CONNECTIONS", "5000")
-        .env("PLAZA__TELEMETRY__LOG", &opts.log)
+        .env("PLAZA__LOG__LEVEL", &opts.log)
         .env_remove("RUST_LOG")
         .stdin(Stdio::null())
         .stdout(out)

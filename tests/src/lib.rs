@@ -27,7 +27,7 @@ pub fn test_config() -> PlazaConfig {
     cfg.admin.listen = "127.0.0.1:0".parse().expect("literal address");
     cfg.node.listen = "127.0.0.1:0".parse().expect("literal address");
     cfg.room.empty_grace_ms = 2_000;
-    cfg.telemetry.log = "warn".into();
+    cfg.log.level = "warn".into();
     cfg
 }
 

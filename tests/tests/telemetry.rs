@@ -52,7 +52,7 @@ async fn a_join_is_one_trace_across_gateway_and_node() {
 
     let mut cfg = test_config();
     cfg.telemetry.otlp_endpoint = format!("http://{addr}");
-    cfg.telemetry.log = "info".into();
+    cfg.log.level = "info".into();
     let telemetry = plaza_ops::telemetry::init(&cfg, "plaza-test").unwrap();
     let plaza = start_plaza(&cfg).await;
     let mut c = Client::connect(&ws_url(&plaza)).await.unwrap();
