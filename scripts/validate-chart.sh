@@ -112,7 +112,14 @@ CASES=(
     "default|"
     "production|-f $CHART/values-production.yaml"
     "external-redis|--set redis.enabled=false --set redis.url=redis://redis.example:6379/0"
-    "everything-on|--set gateway.autoscaling.enabled=true --set serviceMonitor.enabled=true --set prometheusRule.enabled=true --set redis.persistence.enabled=false"
+    "everything-on|--set gateway.autoscaling.enabled=true --set serviceMonitor.enabled=true --set prometheusRule.enabled=true --set redis.persistence.enabled=false --set podMonitor.enabled=true --set ingress.enabled=true --set redis.auth.password=given-pass"
+)
+# name | objects that case must render (Kind/name suffix)
+EXPECT=(
+    "default|NetworkPolicy/plaza-node NetworkPolicy/plaza-gateway NetworkPolicy/plaza-redis ConfigMap/plaza-dashboard Secret/plaza-admin Secret/plaza-redis"
+    "production|Ingress/plaza NetworkPolicy/plaza-node NetworkPolicy/plaza-gateway ServiceMonitor/plaza PrometheusRule/plaza ConfigMap/plaza-dashboard Secret/plaza-admin HorizontalPodAutoscaler/plaza-gateway"
+    "external-redis|NetworkPolicy/plaza-node Secret/plaza-admin"
+    "everything-on|Ingress/plaza PodMonitor/plaza ServiceMonitor/plaza HorizontalPodAutoscaler/plaza-gateway Secret/plaza-redis"
 )
 
 for case in "${CASES[@]}"; do
@@ -152,11 +159,21 @@ for case in "${CASES[@]}"; do
         fail "[$name] CRD manifests"
     "$VENV/bin/python" helm/ci/validate_rendered.py config "$OUT/$name.yaml" "$PLAZA_BIN" ||
         fail "[$name] the rendered configuration does not load in plaza"
+    for e in "${EXPECT[@]}"; do
+        if [[ ${e%%|*} == "$name" ]]; then
+            # shellcheck disable=SC2086
+            "$VENV/bin/python" helm/ci/validate_rendered.py expect "$OUT/$name.yaml" ${e#*|} ||
+                fail "[$name] an expected object is not rendered"
+        fi
+    done
+    "$VENV/bin/python" helm/ci/validate_rendered.py grace "$OUT/$name.yaml" ||
+        fail "[$name] terminationGracePeriodSeconds shorter than the drain / shutdown"
     step "[$name] ok (kubernetes $K8S_VERSIONS, strict; plaza config print)"
 done
 
 # The schema must refuse bad values (a schema that accepts anything would pass the above).
-for bad in "gateway.replicas=three" "config.room.tick_hz=fast" "redis.enabled=maybe" "nosuchkey=1"; do
+for bad in "gateway.replicas=three" "config.room.tick_hz=fast" "redis.enabled=maybe" "nosuchkey=1" \
+    "config.log.format=xml" "ingress.hosts[0].paths[0].pathType=Sometimes" "redis.auth.password=a@b"; do
     if "$HELM" template plaza "$CHART" --set "$bad" >/dev/null 2>"$OUT/bad.err"; then
         fail "values.schema.json accepted --set $bad"
     fi

@@ -79,6 +79,41 @@ def main(argv):
         return rc
     if cmd == "config":
         return check_config(load(argv[2]), argv[3])
+    if cmd == "expect":
+        # expect FILE Kind/name-suffix ...: each named object is rendered.
+        docs = load(argv[2])
+        have = {f"{d['kind']}/{d['metadata']['name']}" for d in docs}
+        missing = [w for w in argv[3:]
+                   if not any(h.split("/")[0] == w.split("/")[0] and h.endswith(w.split("/")[1])
+                              for h in have)]
+        for w in missing:
+            print(f"ERROR expected {w} in the rendered manifests; have {sorted(have)}",
+                  file=sys.stderr)
+        return 1 if missing else 0
+    if cmd == "grace":
+        # Every Plaza pod's terminationGracePeriodSeconds covers its stop: nodes the drain
+        # (node.drain_timeout_ms) and gateways the shutdown (gateway.shutdown_timeout_ms), + 10 s.
+        import tomllib
+        docs = load(argv[2])
+        cfg = next(tomllib.loads(d["data"]["plaza.toml"]) for d in docs
+                   if d["kind"] == "ConfigMap" and "plaza.toml" in d.get("data", {}))
+        rc = 0
+        for d in docs:
+            if d["kind"] not in ("Deployment", "StatefulSet"):
+                continue
+            spec = d["spec"]["template"]["spec"]
+            role = spec["containers"][0].get("args", [""])[0]
+            if role not in ("node", "gateway"):
+                continue
+            need = cfg["gateway"]["shutdown_timeout_ms"] / 1000 + 10
+            if role == "node":
+                need += cfg["node"]["drain_timeout_ms"] / 1000
+            got = spec.get("terminationGracePeriodSeconds", 30)
+            if got < need:
+                print(f"ERROR {d['metadata']['name']}: terminationGracePeriodSeconds {got} < {need}",
+                      file=sys.stderr)
+                rc = 1
+        return rc
     print(f"unknown command {cmd}", file=sys.stderr)
     return 2
 
@@ -127,7 +162,9 @@ def check_config(docs, plaza_bin):
                 elif "fieldRef" in e.get("valueFrom", {}):
                     value = pod
                 elif "secretKeyRef" in e.get("valueFrom", {}):
-                    value = "redis://from-secret.invalid:6379/0"
+                    secret_key = e["valueFrom"]["secretKeyRef"]["key"]
+                    value = ("redis://from-secret.invalid:6379/0" if secret_key == "url"
+                             else "placeholder-from-secret")
                 else:
                     print(f"ERROR {what}: env {e['name']} has no value", file=sys.stderr)
                     rc = 1
@@ -142,8 +179,13 @@ def check_config(docs, plaza_bin):
                     [plaza_bin, "config", "print", "--config", f.name],
                     env=env, capture_output=True, text=True,
                 )
-            if out.returncode != 0:
-                print(f"ERROR {what}: plaza config print failed:\n{out.stderr}", file=sys.stderr)
+                check = subprocess.run(
+                    [plaza_bin, "config", "check", "--config", f.name],
+                    env=env, capture_output=True, text=True,
+                )
+            if out.returncode != 0 or check.returncode != 0:
+                print(f"ERROR {what}: plaza config print/check failed:\n{out.stderr}{check.stderr}",
+                      file=sys.stderr)
                 rc = 1
                 continue
             for name in env:

@@ -82,17 +82,29 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end }}
 {{ end }}
 
-{{/* The Redis URL env var of both roles. */}}
+{{/* The Redis URL env var of both roles (with the bundled Redis's password from its Secret). */}}
 {{- define "plaza.redisEnv" -}}
-- name: PLAZA__DIRECTORY__REDIS_URL
 {{- if .Values.redis.enabled }}
+{{- if .Values.redis.auth.enabled }}
+- name: PLAZA_REDIS_PASSWORD
+  valueFrom:
+    secretKeyRef:
+      name: {{ include "plaza.redisSecretName" . }}
+      key: {{ .Values.redis.auth.existingSecretKey }}
+- name: PLAZA__DIRECTORY__REDIS_URL
+  value: {{ printf "redis://:$(PLAZA_REDIS_PASSWORD)@%s.%s.svc.%s:%d/0" (include "plaza.redisName" .) .Release.Namespace .Values.clusterDomain (int .Values.redis.port) | quote }}
+{{- else }}
+- name: PLAZA__DIRECTORY__REDIS_URL
   value: {{ printf "redis://%s.%s.svc.%s:%d/0" (include "plaza.redisName" .) .Release.Namespace .Values.clusterDomain (int .Values.redis.port) | quote }}
+{{- end }}
 {{- else if .Values.redis.existingSecret.name }}
+- name: PLAZA__DIRECTORY__REDIS_URL
   valueFrom:
     secretKeyRef:
       name: {{ .Values.redis.existingSecret.name }}
       key: {{ .Values.redis.existingSecret.key }}
 {{- else if .Values.redis.url }}
+- name: PLAZA__DIRECTORY__REDIS_URL
   value: {{ .Values.redis.url | quote }}
 {{- else }}
 {{- fail "redis.enabled is false: set redis.url or redis.existingSecret.name" }}
@@ -124,4 +136,42 @@ readinessProbe:
   periodSeconds: {{ .Values.probes.readiness.periodSeconds }}
   timeoutSeconds: {{ .Values.probes.readiness.timeoutSeconds }}
   failureThreshold: {{ .Values.probes.readiness.failureThreshold }}
+{{- end }}
+
+{{/* Who may reach the admin port: the monitoring namespace / pods, and this release's pods. */}}
+{{- define "plaza.adminPeers" -}}
+- namespaceSelector:
+    {{- toYaml .Values.networkPolicy.monitoring.namespaceSelector | nindent 4 }}
+  {{- with .Values.networkPolicy.monitoring.podSelector }}
+  podSelector:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+- podSelector:
+    matchLabels:
+      {{- include "plaza.selectorLabels" . | nindent 6 }}
+{{- end }}
+
+{{- define "plaza.redisSecretName" -}}
+{{- default (include "plaza.redisName" .) .Values.redis.auth.existingSecret }}
+{{- end }}
+
+{{/* The operator API token of both roles (admin.token). */}}
+{{- define "plaza.adminTokenEnv" -}}
+- name: PLAZA__ADMIN__TOKEN
+  valueFrom:
+    secretKeyRef:
+      name: {{ default (printf "%s-admin" (include "plaza.fullname" .)) .Values.adminToken.existingSecret }}
+      key: {{ .Values.adminToken.existingSecretKey }}
+{{- end }}
+
+{{/* Seconds a pod needs from SIGTERM to exit: preStop sleep + the drain (nodes) + the gateway
+     shutdown + 10 s margin, from the rendered config; the grace period is at least that. */}}
+{{- define "plaza.nodeGrace" -}}
+{{- $need := add (int .Values.node.preStopSleepSeconds) (div (add (int .Values.config.node.drain_timeout_ms) 999) 1000) (div (add (int .Values.config.gateway.shutdown_timeout_ms) 999) 1000) 10 }}
+{{- max (int .Values.node.terminationGracePeriodSeconds) $need }}
+{{- end }}
+
+{{- define "plaza.gatewayGrace" -}}
+{{- $need := add (int .Values.gateway.preStopSleepSeconds) (div (add (int .Values.config.gateway.shutdown_timeout_ms) 999) 1000) 10 }}
+{{- max (int .Values.gateway.terminationGracePeriodSeconds) $need }}
 {{- end }}
