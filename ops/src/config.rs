@@ -525,9 +525,8 @@ impl PlazaConfig {
             return bad("gateway.shutdown_timeout_ms", "must be > 0");
         }
         let endpoint = self.telemetry.otlp_endpoint.trim();
-        if !endpoint.is_empty()
-            && !(endpoint.starts_with("http://") || endpoint.starts_with("https://"))
-        {
+        let is_url = endpoint.starts_with("http://") || endpoint.starts_with("https://");
+        if !endpoint.is_empty() && !is_url {
             return bad(
                 "telemetry.otlp_endpoint",
                 "must be an http:// or https:// URL",
