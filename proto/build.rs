@@ -1,10 +1,8 @@
-//! Compiles `proto/*.proto` with a vendored `protoc`, so a fresh machine needs only cargo.
+//! Compiles `proto/plaza/v1/client.proto` with a vendored `protoc`, so a fresh machine needs only
+//! cargo. Messages only (prost): the inter-node service is `plaza-node-proto`.
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let protos = [
-        "proto/plaza/v1/client.proto",
-        "proto/plaza/node/v1/node.proto",
-    ];
+    let protos = ["proto/plaza/v1/client.proto"];
     for p in protos {
         println!("cargo:rerun-if-changed={p}");
     }
@@ -13,6 +11,6 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         cfg.protoc_executable(protoc_bin_vendored::protoc_bin_path()?);
     }
     cfg.bytes(["."]);
-    tonic_prost_build::configure().compile_with_config(cfg, &protos, &["proto"])?;
+    cfg.compile_protos(&protos, &["proto"])?;
     Ok(())
 }

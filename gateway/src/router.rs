@@ -22,8 +22,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use plaza_directory::{NodeInfo, SharedDirectory, rendezvous_pick};
-use plaza_proto::node::room_host_client::RoomHostClient;
-use plaza_proto::node::{AttachRequest, NodeInbound, NodeOutbound};
+use plaza_node_proto::room_host_client::RoomHostClient;
+use plaza_node_proto::{AttachRequest, NodeInbound, NodeOutbound};
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use tokio::sync::mpsc;
 use tokio::time::Instant;

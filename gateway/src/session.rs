@@ -11,7 +11,7 @@ use axum::extract::ws::{CloseFrame, Message, WebSocket};
 use bytes::Bytes;
 use futures_util::stream::{SplitSink, SplitStream};
 use futures_util::{SinkExt as _, StreamExt as _};
-use plaza_proto::node::{self, NodeInbound, NodeOutbound, node_inbound, node_outbound};
+use plaza_node_proto::{self as node, NodeInbound, NodeOutbound, node_inbound, node_outbound};
 use plaza_proto::pb::{self, client_envelope, server_envelope};
 use plaza_proto::room_id::valid_room_id;
 use plaza_proto::version;

@@ -24,7 +24,7 @@ use plaza_gateway::Gateway;
 use plaza_gateway::auth::DevAuthenticator;
 use plaza_gateway::metrics::GatewayMetrics;
 use plaza_gateway::router::{LocalAttach, LocalNode};
-use plaza_proto::node::{AttachRequest, NodeInbound};
+use plaza_node_proto::{AttachRequest, NodeInbound};
 use plaza_room_actor::Node;
 use plaza_room_actor::metrics::NodeMetrics;
 use plaza_room_actor::service::RoomHostService;

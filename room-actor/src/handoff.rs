@@ -1,8 +1,8 @@
-//! The handoff snapshot a draining node leaves in the directory for a room's next activation
-//! (`plaza.node.v1.HandoffSnapshot`), and its mapping to and from the room core's
-//! [`RoomSnapshot`].
+//! The handoff state a draining node leaves in the directory for a room's next activation
+//! (`plaza.node.v1.Handoff`), and its mapping to and from the room core's
+//! [`RoomState`].
 //!
-//! The snapshot pairs each member's session with its wallet (the core knows sessions only) and
+//! The handoff pairs each member's session with its wallet (the core knows sessions only) and
 //! carries the room core's whole state in `room_state` (a `plaza.node.v1.RoomState`): poses,
 //! held props, open consents, emote schedules, lockstep scenes, and the counters that keep event
 //! and audit sequences gap-free. Session ids are gateway-issued and survive a resume, so a
@@ -10,39 +10,39 @@
 //! where it left them.
 //!
 //! The bytes come back from the directory, so decoding trusts nothing: an unknown layout, an
-//! unknown enum name, a non-finite number or a snapshot of another room is a typed
+//! unknown enum name, a non-finite number or a handoff of another room is a typed
 //! [`HandoffError`]; [`plaza_room_core::Room::restore`] then drops entries that do not fit
 //! together.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
-use plaza_proto::node::{self as pbn, HandoffMember, HandoffSnapshot};
+use plaza_node_proto::{self as pbn, Handoff, HandoffMember};
 use plaza_proto::quant::Pose;
 use plaza_room_core::SessionId;
 use plaza_room_core::consent::{Consent, ConsentKind, ConsentState, Party};
 use plaza_room_core::emotes::EmoteSlot;
 use plaza_room_core::scene::{Scene, SceneClientState};
-use plaza_room_core::snapshot::{MemberSnapshot, PropSnapshot, RoomSnapshot};
+use plaza_room_core::state::{MemberState, PropState, RoomState};
 use prost::Message as _;
 
 /// The `RoomState` layout this node writes and reads.
 pub const LAYOUT: u32 = 1;
 
-/// Why a handoff snapshot was not usable.
+/// Why a handoff state was not usable.
 #[derive(Debug, thiserror::Error)]
 pub enum HandoffError {
-    /// The bytes are not a `HandoffSnapshot` (or its `room_state` not a `RoomState`).
-    #[error("handoff snapshot does not decode: {0}")]
+    /// The bytes are not a `Handoff` (or its `room_state` not a `RoomState`).
+    #[error("handoff state does not decode: {0}")]
     Decode(#[from] prost::DecodeError),
     /// A `RoomState` layout this node does not know.
     #[error("room state layout {0} is not known (this node reads layout {LAYOUT})")]
     Layout(u32),
-    /// The snapshot names another room.
-    #[error("handoff snapshot is for room {found:?}, not {expected:?}")]
+    /// The handoff names another room.
+    #[error("handoff state is for room {found:?}, not {expected:?}")]
     WrongRoom {
         /// The room being activated.
         expected: String,
-        /// The room the snapshot names.
+        /// The room the handoff names.
         found: String,
     },
     /// A field holds a value no node writes.
@@ -61,19 +61,19 @@ pub struct HandedOffMember {
     pub entity: u32,
 }
 
-/// A decoded handoff snapshot.
+/// A decoded handoff state.
 #[derive(Clone, Debug, PartialEq)]
 pub struct HandedOff {
     /// The members, with their wallets.
     pub members: Vec<HandedOffMember>,
     /// The room core's state, when the writer could take one.
-    pub room: Option<RoomSnapshot>,
+    pub room: Option<RoomState>,
 }
 
-/// Encodes a handoff snapshot of `room_id`: `members` pair sessions with wallets; `room` is the
+/// Encodes a handoff state of `room_id`: `members` pair sessions with wallets; `room` is the
 /// core's state (`None`: members and entities only).
-pub fn encode(room_id: &str, members: &[HandedOffMember], room: Option<&RoomSnapshot>) -> Vec<u8> {
-    HandoffSnapshot {
+pub fn encode(room_id: &str, members: &[HandedOffMember], room: Option<&RoomState>) -> Vec<u8> {
+    Handoff {
         room_id: room_id.to_owned(),
         members: members
             .iter()
@@ -90,9 +90,9 @@ pub fn encode(room_id: &str, members: &[HandedOffMember], room: Option<&RoomSnap
     .encode_to_vec()
 }
 
-/// Decodes a handoff snapshot stored for `room_id`.
+/// Decodes a handoff state stored for `room_id`.
 pub fn decode(room_id: &str, bytes: &[u8]) -> Result<HandedOff, HandoffError> {
-    let h = HandoffSnapshot::decode(bytes)?;
+    let h = Handoff::decode(bytes)?;
     if h.room_id != room_id {
         return Err(HandoffError::WrongRoom {
             expected: room_id.to_owned(),
@@ -112,7 +112,7 @@ pub fn decode(room_id: &str, bytes: &[u8]) -> Result<HandedOff, HandoffError> {
         None
     } else {
         let s = pbn::RoomState::decode(h.room_state)?;
-        let snap = room_snapshot(room_id, s)?;
+        let snap = core_state(room_id, s)?;
         Some(snap)
     };
     Ok(HandedOff { members, room })
@@ -126,7 +126,7 @@ fn v3(v: [f32; 3]) -> Option<pbn::Vec3f> {
     })
 }
 
-fn room_state(r: &RoomSnapshot) -> pbn::RoomState {
+fn room_state(r: &RoomState) -> pbn::RoomState {
     pbn::RoomState {
         layout: LAYOUT,
         tick: r.tick,
@@ -256,7 +256,7 @@ fn vec(what: &str, v: Option<pbn::Vec3f>) -> Result<[f32; 3], HandoffError> {
     Ok(a)
 }
 
-fn room_snapshot(room_id: &str, s: pbn::RoomState) -> Result<RoomSnapshot, HandoffError> {
+fn core_state(room_id: &str, s: pbn::RoomState) -> Result<RoomState, HandoffError> {
     if s.layout != LAYOUT {
         return Err(HandoffError::Layout(s.layout));
     }
@@ -269,7 +269,7 @@ fn room_snapshot(room_id: &str, s: pbn::RoomState) -> Result<RoomSnapshot, Hando
         if timestamp.is_some_and(|t| !t.is_finite()) {
             return Err(invalid("last_timestamp_s is not finite"));
         }
-        members.push(MemberSnapshot {
+        members.push(MemberState {
             session: m.session,
             entity: m.entity,
             generation: u16::try_from(m.generation)
@@ -297,7 +297,7 @@ fn room_snapshot(room_id: &str, s: pbn::RoomState) -> Result<RoomSnapshot, Hando
             ))
         })?;
         finite("rotation", &rotation)?;
-        props.push(PropSnapshot {
+        props.push(PropState {
             prop_id: p.prop_id,
             revision: p.revision,
             holder: (p.holder_session != 0).then_some((p.holder_session, p.holder_entity)),
@@ -365,7 +365,7 @@ fn room_snapshot(room_id: &str, s: pbn::RoomState) -> Result<RoomSnapshot, Hando
         };
         scenes.insert(sc.id, scene);
     }
-    Ok(RoomSnapshot {
+    Ok(RoomState {
         room_id: room_id.to_owned(),
         tick: s.tick,
         now_ms: s.now_ms,
@@ -405,7 +405,7 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    fn sample() -> RoomSnapshot {
+    fn sample() -> RoomState {
         let pose = Pose {
             position: [1.0, 0.0, -2.5],
             velocity: [0.5, 0.0, 0.25],
@@ -433,7 +433,7 @@ mod tests {
             catching_up: [12].into(),
         };
         scene.log.push_back((42, Vec::new()));
-        RoomSnapshot {
+        RoomState {
             room_id: "r".into(),
             tick: 4_000,
             now_ms: 80_000,
@@ -441,7 +441,7 @@ mod tests {
             room_seq: 77,
             audit_seq: 9,
             members: vec![
-                MemberSnapshot {
+                MemberState {
                     session: 11,
                     entity: 1,
                     generation: 3,
@@ -449,7 +449,7 @@ mod tests {
                     last_input_seq: 500,
                     last_timestamp_s: Some(1234.5),
                 },
-                MemberSnapshot {
+                MemberState {
                     session: 12,
                     entity: 2,
                     generation: 0,
@@ -459,7 +459,7 @@ mod tests {
                 },
             ],
             props: vec![
-                PropSnapshot {
+                PropState {
                     prop_id: 1,
                     revision: 4,
                     holder: Some((11, 1)),
@@ -467,7 +467,7 @@ mod tests {
                     rotation: [0.0, 0.0, 0.0, 1.0],
                     velocity: [0.0; 3],
                 },
-                PropSnapshot {
+                PropState {
                     prop_id: 2,
                     revision: 0,
                     holder: None,
@@ -533,7 +533,7 @@ mod tests {
     }
 
     #[test]
-    fn members_only_snapshots_decode_without_room_state() {
+    fn members_only_handoffs_decode_without_room_state() {
         let bytes = encode("r", &members(), None);
         let back = decode("r", &bytes).unwrap();
         assert_eq!(back.room, None);
@@ -541,7 +541,7 @@ mod tests {
     }
 
     #[test]
-    fn bad_snapshots_are_typed_errors() {
+    fn bad_handoffs_are_typed_errors() {
         let snap = sample();
         let bytes = encode("r", &members(), Some(&snap));
         assert!(matches!(
@@ -555,7 +555,7 @@ mod tests {
         let mut st = room_state(&snap);
         st.layout = 2;
         let h = |st: &pbn::RoomState| {
-            HandoffSnapshot {
+            Handoff {
                 room_id: "r".into(),
                 members: Vec::new(),
                 room_state: st.encode_to_vec().into(),
@@ -596,9 +596,9 @@ mod tests {
             let _ = decode("r", &bytes);
         }
 
-        /// A valid snapshot with bytes flipped decodes or fails with a typed error.
+        /// A valid handoff with bytes flipped decodes or fails with a typed error.
         #[test]
-        fn corrupted_snapshots_never_panic(
+        fn corrupted_handoffs_never_panic(
             flips in proptest::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 1..8)
         ) {
             let mut bytes = encode("r", &members(), Some(&sample()));

@@ -3,9 +3,9 @@
 //!
 //! # Layout
 //! * [`room`]: the room actor (mailbox, fixed-timestep ticker, delivery, directory writes).
-//! * [`rooms`]: the room supervisor (spawn on first attach, forget on stop or failure).
+//! * [`supervisor`]: the room supervisor (spawn on first attach, forget on stop or failure).
 //! * [`service`]: the `RoomHost` gRPC service.
-//! * [`handoff`]: the drain handoff snapshot (members, wallets and the room core's state) and
+//! * [`handoff`]: the drain handoff state (members, wallets and the room core's state) and
 //!   its checked decoding.
 //! * [`metrics`]: the node's Prometheus metrics.
 //! * this module: [`Node`], which binds the gRPC listener, registers in the directory and
@@ -16,8 +16,8 @@
 pub mod handoff;
 pub mod metrics;
 pub mod room;
-pub mod rooms;
 pub mod service;
+pub mod supervisor;
 mod trace;
 mod wire;
 
@@ -29,15 +29,15 @@ use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use plaza_directory::{Epoch, NodeInfo, SharedDirectory};
-use plaza_proto::node::room_host_server::RoomHostServer;
+use plaza_node_proto::room_host_server::RoomHostServer;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::metrics::NodeMetrics;
 use crate::room::RoomActorConfig;
-use crate::rooms::{Rooms, RoomsArgs};
 use crate::service::RoomHostService;
+use crate::supervisor::{Rooms, RoomsArgs};
 
 /// How a node runs.
 #[derive(Clone, Debug)]
@@ -92,7 +92,7 @@ pub enum NodeError {
     },
     /// The supervisor could not start.
     #[error(transparent)]
-    Rooms(#[from] rooms::RoomsError),
+    Rooms(#[from] supervisor::RoomsError),
     /// Registration in the directory failed.
     #[error("directory: {0}")]
     Directory(#[from] plaza_directory::DirectoryError),
@@ -373,7 +373,7 @@ impl EventLog {
         self.line(format_args!("release {room} {epoch} {node} {}", now_ms()));
     }
 
-    /// A handoff snapshot was stored (`put`) or taken over (`taken`).
+    /// A handoff state was stored (`put`) or taken over (`taken`).
     pub fn handoff(&self, room: &str, epoch: Epoch, what: &str, members: usize) {
         self.line(format_args!(
             "handoff {room} {epoch} {what} {members} {}",

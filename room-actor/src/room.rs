@@ -4,7 +4,7 @@
 //! that wakes it at the simulation rate. On each wake it runs as many fixed steps as wall time
 //! says are due (at most `max_catch_up` of them; the rest are counted as overruns and skipped),
 //! then delivers what the steps produced. It stops itself after it has been empty for the grace
-//! period; its supervisor ([`crate::rooms`]) then forgets it.
+//! period; its supervisor ([`crate::supervisor`]) then forgets it.
 //!
 //! Sending to a session never blocks the room: the channel to the gRPC stream is bounded, a full
 //! channel drops the frame and asks the room for a keyframe for that session, so a slow gateway
@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use plaza_directory::{Epoch, PresenceEntry, Renewal, RoomLease, SharedDirectory, Sources};
-use plaza_proto::node::{self, NodeOutbound, node_outbound};
+use plaza_node_proto::{self as node, NodeOutbound, node_outbound};
 use plaza_proto::pb::{self, server_envelope};
 use plaza_proto::quant::Pose;
 use plaza_room_core::{JoinRefusal, Outbound, RejectReason, Room, SessionId};
@@ -93,9 +93,9 @@ pub enum RoomMsg {
     /// The ticker's wake-up.
     Tick,
     /// Drain: run one last step (queued joins and inputs are applied and acknowledged), reply
-    /// with the encoded `plaza.node.v1.HandoffSnapshot` (members with wallets and the room
+    /// with the encoded `plaza.node.v1.Handoff` (members with wallets and the room
     /// core's whole state), and from then on change nothing: later joins, inputs and ticks are
-    /// ignored until the supervisor, having stored the snapshot, stops the room.
+    /// ignored until the supervisor, having stored the handoff, stops the room.
     Handoff(RpcReplyPort<Vec<u8>>),
     /// Test hook: the room panics in its handler.
     #[cfg(feature = "test-util")]
@@ -123,8 +123,8 @@ pub struct RoomArgs {
     pub activation: Arc<Activation>,
     /// Where activations and directory commits are logged (may be disabled).
     pub events: EventLog,
-    /// The handoff snapshot the previous activation left (a drain), if any: an encoded
-    /// `plaza.node.v1.HandoffSnapshot`. The room restores the core state it carries; each
+    /// The handoff state the previous activation left (a drain), if any: an encoded
+    /// `plaza.node.v1.Handoff`. The room restores the core state it carries; each
     /// handed-off member waits for its session to re-attach (for `presence_ttl`) and leaves if
     /// it does not.
     pub handoff: Option<Vec<u8>>,
@@ -203,7 +203,7 @@ pub struct RoomState {
     awaited: HashMap<SessionId, Awaited>,
     /// Room time the restored state stopped at, ms (0 for a fresh room): steps continue from it.
     time_base_ms: u64,
-    /// The handoff snapshot was taken: nothing changes any more.
+    /// The handoff state was taken: nothing changes any more.
     frozen: bool,
     /// Since when ticks are withheld because the lease's local deadline passed.
     withheld_since: Option<Instant>,
@@ -578,7 +578,7 @@ impl RoomState {
         }
     }
 
-    /// The encoded handoff snapshot: every member with its wallet (attached, or handed off to
+    /// The encoded handoff state: every member with its wallet (attached, or handed off to
     /// this activation and not back yet) and the room core's state.
     fn handoff_bytes(&self) -> Vec<u8> {
         let mut members: Vec<crate::handoff::HandedOffMember> = self
@@ -602,7 +602,7 @@ impl RoomState {
             )
             .collect();
         members.sort_by_key(|m| m.session);
-        crate::handoff::encode(&self.room_id, &members, Some(&self.room.snapshot()))
+        crate::handoff::encode(&self.room_id, &members, Some(&self.room.save_state()))
     }
 
     /// Runs the steps and the broadcast wall time says are due (at least one step if `force`).
@@ -1210,8 +1210,8 @@ pub fn unix_ms() -> u64 {
         .map_or(0, |d| d.as_millis() as u64)
 }
 
-/// Restores the room from a handoff snapshot; returns the handed-off members to wait for and
-/// the room time to continue from. A snapshot that does not decode is logged and skipped: the
+/// Restores the room from a handoff state; returns the handed-off members to wait for and
+/// the room time to continue from. A handoff that does not decode is logged and skipped: the
 /// room starts fresh and resumed sessions join with the entity their gateway remembers.
 fn restore_handoff(
     room: &mut Room,
@@ -1221,7 +1221,7 @@ fn restore_handoff(
     let h = match crate::handoff::decode(&args.room_id, bytes) {
         Ok(h) => h,
         Err(e) => {
-            tracing::warn!(room = %args.room_id, error = %e, "handoff snapshot not usable; the room starts fresh");
+            tracing::warn!(room = %args.room_id, error = %e, "handoff state not usable; the room starts fresh");
             args.metrics.placement("handoff_unusable");
             return (HashMap::new(), 0);
         }
@@ -1233,7 +1233,7 @@ fn restore_handoff(
     let sessions: Vec<SessionId> = snap.members.iter().map(|m| m.session).collect();
     let dropped = room.restore(snap);
     if dropped > 0 {
-        tracing::warn!(room = %args.room_id, dropped, "handoff snapshot had inconsistent entries; they were dropped");
+        tracing::warn!(room = %args.room_id, dropped, "handoff state had inconsistent entries; they were dropped");
     }
     let deadline = Instant::now() + args.cfg.presence_ttl;
     let mut awaited = HashMap::new();
@@ -1255,6 +1255,6 @@ fn restore_handoff(
             room.leave(session);
         }
     }
-    tracing::info!(room = %args.room_id, members = awaited.len(), "room state restored from the handoff snapshot");
+    tracing::info!(room = %args.room_id, members = awaited.len(), "room state restored from the handoff state");
     (awaited, now_ms)
 }

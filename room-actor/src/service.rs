@@ -12,8 +12,8 @@
 use std::pin::Pin;
 
 use futures::Stream;
-use plaza_proto::node::room_host_server::RoomHost;
-use plaza_proto::node::{
+use plaza_node_proto::room_host_server::RoomHost;
+use plaza_node_proto::{
     AttachRequest, NodeInbound, NodeOutbound, StatusReply, StatusRequest, node_inbound,
 };
 use tokio::sync::mpsc;
@@ -26,7 +26,7 @@ use tracing_opentelemetry::OpenTelemetrySpanExt as _;
 pub use plaza_proto::room_id::{MAX_ROOM_ID_LEN, valid_room_id};
 
 use crate::room::RoomMsg;
-use crate::rooms::{Rooms, RoomsError};
+use crate::supervisor::{Rooms, RoomsError};
 
 /// Attachment ids, unique in this process.
 static NEXT_LINK: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);

@@ -8,12 +8,12 @@ use std::time::Duration;
 
 use plaza_directory::test_util::FaultyDirectory;
 use plaza_directory::{MemoryDirectory, SharedDirectory};
-use plaza_proto::node::{NodeOutbound, node_outbound};
+use plaza_node_proto::{NodeOutbound, node_outbound};
 use plaza_proto::pb;
 use plaza_room_actor::EventLog;
 use plaza_room_actor::metrics::{EventLabel, NodeMetrics};
 use plaza_room_actor::room::{RoomActorConfig, RoomMsg};
-use plaza_room_actor::rooms::{Rooms, RoomsArgs};
+use plaza_room_actor::supervisor::{Rooms, RoomsArgs};
 use prost::Message as _;
 use ractor::ActorRef;
 use tokio::sync::mpsc;

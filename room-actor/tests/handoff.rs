@@ -1,5 +1,5 @@
 //! Drain handoff between two nodes' room supervisors sharing one directory: the draining node's
-//! room snapshots itself (held props, open and active consents, counters), the next activation
+//! room saves its state (held props, open and active consents, counters), the next activation
 //! on the other node restores it, and sessions that re-attach find their avatar, prop and
 //! consents where they were; the audit trail continues gap-free under the newer epoch; a
 //! handed-off session that never comes back leaves after the grace.
@@ -8,12 +8,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use plaza_directory::{MemoryDirectory, SharedDirectory};
-use plaza_proto::node::{NodeOutbound, node_outbound};
+use plaza_node_proto::{NodeOutbound, node_outbound};
 use plaza_proto::pb::{self, client_envelope, server_envelope};
 use plaza_room_actor::EventLog;
 use plaza_room_actor::metrics::{EventLabel, NodeMetrics};
 use plaza_room_actor::room::{RoomActorConfig, RoomMsg};
-use plaza_room_actor::rooms::{Rooms, RoomsArgs};
+use plaza_room_actor::supervisor::{Rooms, RoomsArgs};
 use prost::Message as _;
 use ractor::ActorRef;
 use tokio::sync::mpsc;
@@ -210,7 +210,7 @@ async fn a_drained_room_comes_back_with_its_props_and_consents_on_another_node()
         .await;
     let follow = consent_is(&k, "requested").unwrap();
 
-    // Drain node a: the room snapshots itself, the snapshot is stored, the room stops.
+    // Drain node a: the room saves its state, the handoff is stored, the room stops.
     assert_eq!(a.drain().await, 1);
     s1.closed().await;
     s2.closed().await;

@@ -1,6 +1,8 @@
-//! Tidy checks: documentation that must stay true.
+//! Tidy checks: documentation and dependency boundaries that must stay true.
 
+use std::collections::{BTreeSet, HashMap};
 use std::path::Path;
+use std::process::Command;
 
 fn repo() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -47,6 +49,108 @@ fn readme_opens_with_the_two_commands_and_ci_runs_the_test_command() {
         ci.lines().any(|l| l.trim() == test_cmd),
         ".ci/run must run `{test_cmd}`"
     );
+}
+
+/// Crates the sans-I/O crates must never reach through normal (non-dev, non-build) dependencies:
+/// async runtimes, RPC, actors, stores and web servers belong to the shells.
+const FORBIDDEN_IN_SANS_IO: [&str; 5] = ["tokio", "tonic", "ractor", "redis", "axum"];
+
+/// The names of every package in the normal-dependency closure of `root` (itself included), from
+/// `cargo metadata`'s resolved graph.
+fn normal_closure(metadata: &serde_json::Value, root: &str) -> BTreeSet<String> {
+    let packages = metadata["packages"].as_array().expect("packages");
+    let name_of: HashMap<&str, &str> = packages
+        .iter()
+        .map(|p| {
+            (
+                p["id"].as_str().expect("id"),
+                p["name"].as_str().expect("name"),
+            )
+        })
+        .collect();
+    let nodes = metadata["resolve"]["nodes"]
+        .as_array()
+        .expect("resolve.nodes");
+    let deps_of: HashMap<&str, Vec<&str>> = nodes
+        .iter()
+        .map(|n| {
+            let normal = n["deps"]
+                .as_array()
+                .expect("deps")
+                .iter()
+                .filter(|d| {
+                    d["dep_kinds"]
+                        .as_array()
+                        .expect("dep_kinds")
+                        .iter()
+                        .any(|k| k["kind"].is_null())
+                })
+                .map(|d| d["pkg"].as_str().expect("pkg"))
+                .collect();
+            (n["id"].as_str().expect("id"), normal)
+        })
+        .collect();
+    let root_id = packages
+        .iter()
+        .find(|p| p["name"] == root)
+        .and_then(|p| p["id"].as_str())
+        .unwrap_or_else(|| panic!("{root} is not a package of the workspace"));
+    let mut seen = BTreeSet::new();
+    let mut todo = vec![root_id];
+    while let Some(id) = todo.pop() {
+        if seen.insert(id) {
+            todo.extend(deps_of.get(id).into_iter().flatten().copied());
+        }
+    }
+    seen.iter().map(|id| name_of[id].to_owned()).collect()
+}
+
+fn metadata() -> serde_json::Value {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let out = Command::new(cargo)
+        .args([
+            "metadata",
+            "--format-version",
+            "1",
+            "--locked",
+            "--manifest-path",
+        ])
+        .arg(repo().join("Cargo.toml"))
+        .output()
+        .expect("cargo metadata runs");
+    assert!(
+        out.status.success(),
+        "cargo metadata failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("cargo metadata prints JSON")
+}
+
+/// `plaza-room-core` and `plaza-physics` are sans-I/O by construction: no runtime, RPC, actor,
+/// store or web crate in their normal-dependency closure (`cargo tree -e normal`).
+#[test]
+fn sans_io_crates_do_not_depend_on_io_crates() {
+    let metadata = metadata();
+    // The walk itself is checked: the shell does reach the runtime and the actor framework.
+    let shell = normal_closure(&metadata, "plaza-room-actor");
+    for name in ["tokio", "tonic", "ractor", "plaza-room-core", "plaza-proto"] {
+        assert!(
+            shell.contains(name),
+            "plaza-room-actor's closure lacks {name}: the walk is wrong"
+        );
+    }
+    for root in ["plaza-room-core", "plaza-physics", "plaza-proto"] {
+        let closure = normal_closure(&metadata, root);
+        let bad: Vec<&str> = FORBIDDEN_IN_SANS_IO
+            .into_iter()
+            .filter(|f| closure.contains(*f))
+            .collect();
+        assert!(
+            bad.is_empty(),
+            "{root} reaches {bad:?} through its normal dependencies (see `cargo tree -p {root} -e normal -i {}`)",
+            bad.first().copied().unwrap_or_default()
+        );
+    }
 }
 
 mod toml_like {

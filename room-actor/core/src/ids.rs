@@ -42,7 +42,7 @@ impl EntityIds {
         }
     }
 
-    /// Take `id` with `generation` (restoring a snapshot): it is no longer handed out until
+    /// Take `id` with `generation` (restoring a saved state): it is no longer handed out until
     /// freed. Ids between the highest handed out and `id` become free. Id 0 is ignored.
     pub fn claim(&mut self, id: u32, generation: u16) {
         if id == 0 {

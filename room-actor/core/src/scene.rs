@@ -132,7 +132,7 @@ impl Default for SceneConfig {
     }
 }
 
-/// One scene's state (public for snapshots).
+/// One scene's state (public for the saved state).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Scene {
     /// Clients: session -> (entity, state).

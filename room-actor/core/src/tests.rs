@@ -738,7 +738,7 @@ fn event_sequence_numbers_are_gap_free() {
 }
 
 #[test]
-fn snapshot_restore_round_trip() {
+fn save_restore_round_trip() {
     let (mut room, mut now) = room_with(3, near_props_config());
     let e2 = room.entity_of(2).unwrap();
     room.input(1, interact(1, InteractionKind::Pickup, 1));
@@ -776,7 +776,7 @@ fn snapshot_restore_round_trip() {
     for _ in 0..5 {
         step(&mut room, &mut now);
     }
-    let snap = room.snapshot();
+    let snap = room.save_state();
     assert_eq!(snap.members.len(), 3);
     assert_eq!(snap.consents.len(), 2);
     assert_eq!(snap.consents[0].state, ConsentState::Consented);
@@ -785,7 +785,7 @@ fn snapshot_restore_round_trip() {
 
     let mut restored = Room::new("r", near_props_config());
     restored.restore(snap.clone());
-    let mut again = restored.snapshot();
+    let mut again = restored.save_state();
     // Rotations restart upright; positions of loose props are exact, held ones follow hands.
     for (a, b) in again.props.iter_mut().zip(&snap.props) {
         for k in 0..3 {
@@ -830,11 +830,11 @@ fn restore_drops_what_does_not_fit_together() {
     room.input(1, interact(1, InteractionKind::Pickup, 1));
     room.input(1, consent(2, ConsentOp::Request, "hand_hold", e2, 0));
     step(&mut room, &mut now);
-    let good = room.snapshot();
+    let good = room.save_state();
     assert_eq!(
         Room::new("r", near_props_config()).restore(good.clone()),
         0,
-        "a room's own snapshot restores whole"
+        "a room's own saved state restores whole"
     );
 
     let mut bad = good.clone();
@@ -868,7 +868,7 @@ fn restore_drops_what_does_not_fit_together() {
     );
     let mut restored = Room::new("r", near_props_config());
     assert_eq!(restored.restore(bad), 7);
-    let snap = restored.snapshot();
+    let snap = restored.save_state();
     assert_eq!(
         snap.members.iter().map(|m| m.session).collect::<Vec<_>>(),
         vec![1, 2, 3]
@@ -1074,4 +1074,200 @@ fn a_resumed_session_gets_its_entity_back_when_free() {
     assert_ne!(e2, 7, "a taken id is not");
     assert_ne!(room.entity_of(3), Some(7));
     assert_ne!(room.entity_of(3), Some(e2));
+}
+
+/// Spread broadcasts and encode threads.
+mod spread {
+    use std::collections::BTreeMap;
+
+    use plaza_proto::frame::FrameDecoder;
+
+    use super::*;
+
+    /// A room with sessions `1..=n` joined (the joins applied by one step at 20 ms).
+    fn room_with(n: u64, cfg: RoomConfig) -> Room {
+        let mut room = Room::new("spread", cfg);
+        for s in 1..=n {
+            room.join(s);
+        }
+        let mut out = Vec::new();
+        room.simulate(20, &mut out);
+        assert_eq!(room.member_count(), n as usize);
+        room
+    }
+
+    /// Every member walks along x, one move per 100 ms (a fifth of them per step).
+    fn moves(room: &mut Room, step: u64) {
+        let sessions: Vec<(SessionId, Pose)> =
+            room.members.iter().map(|(s, m)| (*s, m.pose)).collect();
+        for (s, pose) in sessions {
+            if s % 5 != step % 5 {
+                continue;
+            }
+            let t = step as f64 * 0.02;
+            let mut p = pose;
+            p.position[0] += 0.1;
+            p.velocity = [1.0, 0.0, 0.0];
+            p.movement_kind = 1;
+            room.input(
+                s,
+                Input::Move(MoveInput {
+                    seq: step as u32,
+                    pose: p,
+                    timestamp_s: t,
+                    is_instant: false,
+                    timestamp_period_s: None,
+                }),
+            );
+        }
+    }
+
+    /// Frames of `out` by session, applied to each session's decoder (every one must apply).
+    fn deliver(
+        out: &[Outbound],
+        decoders: &mut BTreeMap<SessionId, FrameDecoder>,
+    ) -> BTreeMap<SessionId, u32> {
+        let mut got = BTreeMap::new();
+        for o in out {
+            if let Outbound::Frame { session, bytes, .. } = o {
+                decoders
+                    .entry(*session)
+                    .or_default()
+                    .apply(bytes)
+                    .expect("every frame applies");
+                *got.entry(*session).or_default() += 1;
+            }
+        }
+        got
+    }
+
+    /// Every client holds exactly what its encoder says it holds (its nearest avatars + props).
+    fn assert_holds_what_encoders_sent(room: &Room, decoders: &BTreeMap<SessionId, FrameDecoder>) {
+        assert_eq!(decoders.len(), room.member_count());
+        for (s, d) in decoders {
+            let enc = &room.members[s].encoder;
+            assert_eq!(d.len(), enc.held_len(), "session {s}");
+            let others = (room.member_count() - 1).min(room.config().interest_cap as usize);
+            assert!(d.len() >= others, "session {s} sees its nearest");
+            assert_eq!(d.check(), enc.held_check(), "session {s}");
+        }
+    }
+
+    #[test]
+    fn spread_frames_reach_every_member_once_per_broadcast_period_at_a_fixed_phase() {
+        let cfg = RoomConfig {
+            spread_from_members: 8,
+            ..RoomConfig::default()
+        };
+        let mut room = room_with(40, cfg);
+        let mut decoders = BTreeMap::new();
+        // The shell's schedule: steps every 20 ms, broadcasts every 50 ms on their own grid, the
+        // step first when both are due.
+        let (mut steps, mut bcasts) = (1u64, 0u64);
+        // Frames per session since the last broadcast call; the wake (0: the broadcast's own)
+        // at which each session got its frame in the last complete period.
+        let mut period: BTreeMap<SessionId, u32> = BTreeMap::new();
+        let mut wake_in_period = 0u32;
+        let mut phase_of: BTreeMap<SessionId, u32> = BTreeMap::new();
+        let mut periods_checked = 0;
+        while steps < 200 {
+            let next_step = (steps + 1) * 20;
+            let next_bcast = (bcasts + 1) * 50;
+            let now = next_step.min(next_bcast);
+            let mut out = Vec::new();
+            let mut step_out = Vec::new();
+            if next_step == now {
+                steps += 1;
+                moves(&mut room, steps);
+                room.simulate(now, &mut step_out);
+            }
+            for (s, n) in deliver(&step_out, &mut decoders) {
+                *period.entry(s).or_default() += n;
+                if bcasts > 1 {
+                    let phase = *phase_of.entry(s).or_insert(wake_in_period);
+                    assert_eq!(phase, wake_in_period, "session {s} keeps its phase");
+                }
+            }
+            if next_bcast == now {
+                bcasts += 1;
+                if bcasts > 1 {
+                    // A complete period: one frame for every member, none left for the flush.
+                    assert_eq!(period.len(), 40, "every member got a frame");
+                    assert!(period.values().all(|n| *n == 1), "{period:?}");
+                    periods_checked += 1;
+                }
+                period.clear();
+                wake_in_period = 0;
+                room.broadcast(&mut out);
+                for (s, n) in deliver(&out, &mut decoders) {
+                    *period.entry(s).or_default() += n;
+                    if bcasts > 1 {
+                        let phase = *phase_of.entry(s).or_insert(0);
+                        assert_eq!(phase, 0, "session {s} keeps its phase");
+                    }
+                }
+            }
+            wake_in_period += 1;
+        }
+        assert!(periods_checked >= 70, "{periods_checked}");
+        // The work is spread: every phase (the broadcast and the two steps after it) has members.
+        let mut per_phase = [0; 3];
+        for p in phase_of.values() {
+            per_phase[*p as usize % 3] += 1;
+        }
+        assert!(per_phase.iter().all(|n| *n >= 10), "{per_phase:?}");
+        assert_holds_what_encoders_sent(&room, &decoders);
+    }
+
+    #[test]
+    fn spread_frames_through_step_keep_the_broadcast_rate() {
+        let cfg = RoomConfig {
+            spread_from_members: 8,
+            ..RoomConfig::default()
+        };
+        let mut room = room_with(24, cfg);
+        let mut decoders = BTreeMap::new();
+        let mut frames: BTreeMap<SessionId, u32> = BTreeMap::new();
+        for t in 2..=101u64 {
+            moves(&mut room, t);
+            let mut out = Vec::new();
+            room.step(t * 20, &mut out);
+            for (s, n) in deliver(&out, &mut decoders) {
+                assert_eq!(n, 1, "one frame per step at most");
+                *frames.entry(s).or_default() += n;
+            }
+        }
+        // 100 steps at 50 Hz are 40 broadcast periods at 20 Hz: 40 frames each, give or take
+        // the period still under way.
+        assert_eq!(frames.len(), 24);
+        assert!(frames.values().all(|n| (39..=40).contains(n)), "{frames:?}");
+        assert_holds_what_encoders_sent(&room, &decoders);
+    }
+
+    #[test]
+    fn encode_threads_give_the_same_frames() {
+        let run = |threads: u32, spread: u32| {
+            let cfg = RoomConfig {
+                encode_threads: threads,
+                spread_from_members: spread,
+                max_members: 200,
+                ..RoomConfig::default()
+            };
+            let mut room = room_with(140, cfg);
+            let mut all = Vec::new();
+            for t in 2..=12u64 {
+                moves(&mut room, t);
+                room.step(t * 20, &mut all);
+            }
+            (all, room.stats().frames, room.stats().frame_bytes)
+        };
+        for spread in [0, 64] {
+            let one = run(1, spread);
+            let two = run(2, spread);
+            assert!(one.1 > 0);
+            assert_eq!(one.1, two.1);
+            assert_eq!(one.2, two.2);
+            assert!(one.0 == two.0, "same outbound, in the same order");
+        }
+    }
 }

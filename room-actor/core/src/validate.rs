@@ -278,7 +278,7 @@ mod tests {
             "{at:?}"
         );
         // The snapshot holds only finite numbers and restores every member.
-        let snap = room.snapshot();
+        let snap = room.save_state();
         assert!(snap.members.iter().all(|m| pose_is_finite(&m.pose)));
         let mut fresh = Room::new("r", RoomConfig::default());
         assert_eq!(fresh.restore(snap), 0);

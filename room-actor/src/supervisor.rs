@@ -9,16 +9,16 @@
 //! epoch. The room's directory writer renews the lease and releases it after the room stopped.
 //!
 //! Drain ([`Rooms::drain`]): the supervisor takes no new rooms, stores each room's handoff
-//! snapshot (members with their entities; the room core's own state once it has one) in the
+//! state (members with their entities; the room core's own state once it has one) in the
 //! directory under the room's epoch, and stops the room; its sessions' streams end, so gateways
-//! re-attach them to the room's next activation on another node, which takes the snapshot.
+//! re-attach them to the room's next activation on another node, which takes the handoff.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use plaza_directory::{DirectoryError, RoomLease, SharedDirectory};
-use plaza_proto::node::HandoffSnapshot;
+use plaza_node_proto::Handoff;
 use prost::Message as _;
 use ractor::{
     Actor, ActorCell, ActorId, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent,
@@ -222,8 +222,8 @@ impl RoomsState {
             }
         };
         if let Some(h) = &handoff {
-            let members = HandoffSnapshot::decode(h.as_slice()).map_or(0, |s| s.members.len());
-            tracing::info!(room, %epoch, members, "handoff snapshot taken over");
+            let members = Handoff::decode(h.as_slice()).map_or(0, |s| s.members.len());
+            tracing::info!(room, %epoch, members, "handoff state taken over");
             a.events.handoff(room, epoch, "taken", members);
         }
         let activation = Arc::new(Activation::new(&lease));
@@ -281,8 +281,8 @@ impl RoomsState {
 
     /// Hands every room off and stops it; returns how many rooms were handed off.
     ///
-    /// Each room takes its own snapshot (members with wallets, held props, consents, emotes,
-    /// scenes) after a last step and freezes; the snapshot is stored in the directory under the
+    /// Each room saves its own state (members with wallets, held props, consents, emotes,
+    /// scenes) after a last step and freezes; the handoff is stored in the directory under the
     /// room's epoch while its lease is still held, then the room stops. A room that cannot
     /// answer in time is handed off with members and entities only.
     async fn drain(&mut self) -> usize {
@@ -308,7 +308,7 @@ impl RoomsState {
                     handoff::encode(room, &members, None)
                 }
             };
-            let members = HandoffSnapshot::decode(bytes.as_slice()).map_or(0, |s| s.members.len());
+            let members = Handoff::decode(bytes.as_slice()).map_or(0, |s| s.members.len());
             let epoch = live.activation.epoch();
             match self.args.directory.put_handoff(room, epoch, bytes).await {
                 Ok(()) => {
@@ -317,7 +317,7 @@ impl RoomsState {
                     self.args.events.handoff(room, epoch, "put", members);
                 }
                 Err(e) => {
-                    tracing::warn!(room, error = %e, "handoff snapshot not stored");
+                    tracing::warn!(room, error = %e, "handoff state not stored");
                     self.args.metrics.directory_error(e.code());
                 }
             }
@@ -392,7 +392,7 @@ impl Rooms {
         }
     }
 
-    /// Drains: no new rooms; every room's handoff snapshot is stored and the room stopped.
+    /// Drains: no new rooms; every room's handoff state is stored and the room stopped.
     /// Returns how many rooms were handed off.
     pub async fn drain(&self) -> usize {
         match self

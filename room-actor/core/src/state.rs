@@ -1,14 +1,14 @@
 //! A plain, serde-free copy of a room's state, for drain (hand a room to another node) and
 //! restore.
 //!
-//! [`Room::snapshot`] copies what a successor needs to carry on: tick and sequence counters,
+//! [`Room::save_state`] copies what a successor needs to carry on: tick and sequence counters,
 //! members (session, avatar entity and generation, pose, input bookkeeping), props (holder,
 //! revision, physical state), open consents, emote schedules and lockstep scenes.
 //! [`Room::restore`] rebuilds a room from it. Not included: queued joins, leaves and inputs
-//! (take the snapshot between steps; unapplied inputs are lost), frame encoder state (every
+//! (save it between steps; unapplied inputs are lost), frame encoder state (every
 //! member gets a keyframe after a restore), physics internals beyond positions and velocities
 //! (a prop's rotation restarts upright), and wallets (the core knows sessions only; the shell
-//! keeps the session-to-wallet map beside the snapshot). Serializing it is the caller's job.
+//! keeps the session-to-wallet map beside it). Serializing it is the caller's job.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
@@ -22,9 +22,9 @@ use crate::interactions::PropSlot;
 use crate::scene::Scene;
 use crate::{Member, Room, SessionId};
 
-/// One member in a [`RoomSnapshot`].
+/// One member in a [`RoomState`].
 #[derive(Clone, Debug, PartialEq)]
-pub struct MemberSnapshot {
+pub struct MemberState {
     /// Session.
     pub session: SessionId,
     /// Avatar entity id.
@@ -39,9 +39,9 @@ pub struct MemberSnapshot {
     pub last_timestamp_s: Option<f64>,
 }
 
-/// One prop in a [`RoomSnapshot`].
+/// One prop in a [`RoomState`].
 #[derive(Clone, Debug, PartialEq)]
-pub struct PropSnapshot {
+pub struct PropState {
     /// Definition id.
     pub prop_id: u32,
     /// Server revision.
@@ -58,7 +58,7 @@ pub struct PropSnapshot {
 
 /// A room's state at the end of a step.
 #[derive(Clone, Debug, PartialEq)]
-pub struct RoomSnapshot {
+pub struct RoomState {
     /// The room's id.
     pub room_id: String,
     /// Steps run.
@@ -72,9 +72,9 @@ pub struct RoomSnapshot {
     /// Last audit counter issued.
     pub audit_seq: u64,
     /// Members, by session.
-    pub members: Vec<MemberSnapshot>,
+    pub members: Vec<MemberState>,
     /// Props, by id.
-    pub props: Vec<PropSnapshot>,
+    pub props: Vec<PropState>,
     /// The last consent id issued.
     pub consent_last_id: u64,
     /// Open consents, by id.
@@ -89,11 +89,11 @@ pub struct RoomSnapshot {
 
 impl Room {
     /// A copy of the room's state (call it between steps).
-    pub fn snapshot(&self) -> RoomSnapshot {
+    pub fn save_state(&self) -> RoomState {
         let members = self
             .members
             .iter()
-            .map(|(session, m)| MemberSnapshot {
+            .map(|(session, m)| MemberState {
                 session: *session,
                 entity: m.entity,
                 generation: self.ids.generation(m.entity),
@@ -107,7 +107,7 @@ impl Room {
             .prop_states()
             .filter_map(|(id, st)| {
                 let slot = self.props.slots().get(&id)?;
-                Some(PropSnapshot {
+                Some(PropState {
                     prop_id: id,
                     revision: slot.revision,
                     holder: slot.holder,
@@ -117,7 +117,7 @@ impl Room {
                 })
             })
             .collect();
-        RoomSnapshot {
+        RoomState {
             room_id: self.id.clone(),
             tick: self.tick,
             now_ms: self.now_ms,
@@ -139,13 +139,13 @@ impl Room {
     /// holders' hands, loose props where they were, counters where they stopped. Queued joins,
     /// leaves and inputs are discarded; every member gets a keyframe next.
     ///
-    /// The snapshot may come from another node through the directory, so it is not trusted:
+    /// The state may come from another node through the directory, so it is not trusted:
     /// members beyond `max_members`, with a duplicate session or entity, or with an entity id
     /// outside the avatar range are dropped; a non-finite pose puts the avatar at its spawn
     /// point; consents, emote schedules and scene clients of parties that are not restored
-    /// members are dropped. Returns how many entries were dropped (0 for a snapshot this room
+    /// members are dropped. Returns how many entries were dropped (0 for a state this room
     /// type took itself).
-    pub fn restore(&mut self, snap: RoomSnapshot) -> usize {
+    pub fn restore(&mut self, snap: RoomState) -> usize {
         let mut dropped = 0;
         for (_, m) in std::mem::take(&mut self.members) {
             self.physics.remove_avatar(m.entity);

@@ -1,0 +1,274 @@
+//! Per-member frame encoding: a broadcast quantizes the arena once, builds the interest index,
+//! and encodes each member's frame (on scoped threads when [`crate::RoomConfig::encode_threads`] says
+//! so and the pass is large enough).
+//!
+//! Performance: runs every broadcast and, in a spread room, every step.
+
+use plaza_proto::frame::{EntityRecord, OwnState, Visible};
+use plaza_proto::quant::{Pose, quantize};
+
+use crate::interactions::{PROP_KIND, prop_entity};
+use crate::interest::{self, InterestIndex, InterestSet};
+use crate::{Member, Outbound, Room, RoomStats, SessionId};
+
+impl Room {
+    /// Start a broadcast period: every member gets one frame of the current state, at once or
+    /// (from [`crate::RoomConfig::spread_from_members`] members on) spread over this call and the
+    /// simulation steps that follow it. Frames of the previous period that are still due go
+    /// first.
+    ///
+    /// Performance: runs every broadcast.
+    pub fn broadcast(&mut self, out: &mut Vec<Outbound>) {
+        self.build_arena();
+        let avatars = self.avatars();
+        self.index = InterestIndex::build(
+            self.arena[..avatars]
+                .iter()
+                .map(|r| (r.id, r.pose.position_m())),
+            self.cfg.tier_bands_m,
+        );
+        if self.next_group < self.groups {
+            let rest = self.next_group..self.groups;
+            self.encode_frames(rest, out);
+        }
+        self.stats.broadcasts += 1;
+        let spread = self.cfg.spread_from_members > 0
+            && self.members.len() >= self.cfg.spread_from_members as usize;
+        self.groups = if spread {
+            (1 + self.cfg.tick_hz / self.cfg.broadcast_hz.max(1)).clamp(1, 16)
+        } else {
+            1
+        };
+        self.next_group = 1;
+        self.encode_frames(0..1, out);
+    }
+
+    /// Avatars in the arena (they come first, props after them).
+    pub(crate) fn avatars(&self) -> usize {
+        self.arena.partition_point(|r| r.kind != PROP_KIND)
+    }
+
+    /// Quantize every avatar once (sorted by entity id), then every prop, into the arena; index
+    /// the avatars' positions by id.
+    pub(crate) fn build_arena(&mut self) {
+        self.arena.clear();
+        for m in self.members.values() {
+            self.arena.push(EntityRecord {
+                id: m.entity,
+                generation: self.ids.generation(m.entity),
+                kind: 0,
+                pose: quantize(&m.pose),
+            });
+        }
+        self.arena.sort_unstable_by_key(|r| r.id);
+        let avatars = self.arena.len();
+        // Props after the avatars: their ids are above every avatar's, so the arena stays
+        // sorted. Every member sees every prop.
+        for (prop_id, st) in self.physics.prop_states() {
+            let Some(id) = prop_entity(prop_id) else {
+                continue;
+            };
+            let pose = Pose {
+                position: st.position,
+                velocity: st.velocity,
+                ..Pose::default()
+            };
+            self.arena.push(EntityRecord {
+                id,
+                generation: 0,
+                kind: PROP_KIND,
+                pose: quantize(&pose),
+            });
+        }
+        // Arena index of each avatar id (ids are small and dense), `u32::MAX` for none, and
+        // each avatar's position in metres (converted once).
+        let max_id = self.arena[..avatars].last().map_or(0, |r| r.id as usize);
+        self.slot.clear();
+        self.slot.resize(max_id + 1, u32::MAX);
+        self.pos_m.clear();
+        for (i, r) in self.arena[..avatars].iter().enumerate() {
+            self.slot[r.id as usize] = i as u32;
+            self.pos_m.push(r.pose.position_m());
+        }
+    }
+
+    /// Encode and emit one frame for each member whose group (entity id modulo the period's
+    /// group count) is in `groups`, from the arena and the period's interest index, in session
+    /// order. With [`crate::RoomConfig::encode_threads`] above 1 and enough frames, the members are
+    /// split into that many runs encoded on scoped threads; the frames and their order are the
+    /// same either way.
+    pub(crate) fn encode_frames(&mut self, groups: std::ops::Range<u32>, out: &mut Vec<Outbound>) {
+        let k = self.groups.max(1);
+        let ctx = EncodeCtx {
+            arena: &self.arena,
+            avatars: self.avatars(),
+            index: &self.index,
+            slot: &self.slot,
+            pos_m: &self.pos_m,
+            bands_sq: self.cfg.tier_bands_m.map(|b| b * b),
+            cap: self.cfg.interest_cap as usize,
+            tick: self.tick as u32,
+            // Interest is recomputed every `REFRESH_EVERY`-th broadcast per member, staggered
+            // by entity; in between a member keeps whom it saw (see `interest::REFRESH_EVERY`).
+            phase: self.stats.broadcasts,
+        };
+        let mut jobs: Vec<(SessionId, &mut Member)> = self
+            .members
+            .iter_mut()
+            .filter(|(_, m)| groups.contains(&(m.entity % k)))
+            .map(|(s, m)| (*s, m))
+            .collect();
+        let threads = (self.cfg.encode_threads.max(1) as usize)
+            .min(jobs.len() / PARALLEL_MIN_FRAMES)
+            .max(1);
+        let stats = &mut self.stats;
+        if threads == 1 {
+            let mut scratch = EncodeScratch {
+                interest: std::mem::take(&mut self.interest),
+                buf: std::mem::take(&mut self.frame_buf),
+            };
+            encode_run(&ctx, &mut jobs, &mut scratch, stats, out);
+            self.interest = scratch.interest;
+            self.frame_buf = scratch.buf;
+            return;
+        }
+        let per = jobs.len().div_ceil(threads);
+        let mut runs = jobs.chunks_mut(per);
+        let first = runs.next().unwrap_or_default();
+        let ctx = &ctx;
+        let results: Vec<(Vec<Outbound>, RoomStats)> = std::thread::scope(|scope| {
+            let handles: Vec<_> = runs
+                .map(|run| {
+                    scope.spawn(move || {
+                        let mut scratch = EncodeScratch::default();
+                        let mut stats = RoomStats::default();
+                        let mut out = Vec::with_capacity(run.len());
+                        encode_run(ctx, run, &mut scratch, &mut stats, &mut out);
+                        (out, stats)
+                    })
+                })
+                .collect();
+            let mut scratch = EncodeScratch {
+                interest: std::mem::take(&mut self.interest),
+                buf: std::mem::take(&mut self.frame_buf),
+            };
+            encode_run(ctx, first, &mut scratch, stats, out);
+            self.interest = scratch.interest;
+            self.frame_buf = scratch.buf;
+            handles
+                .into_iter()
+                .map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
+                .collect()
+        });
+        for (frames, st) in results {
+            out.extend(frames);
+            stats.frames += st.frames;
+            stats.frame_bytes += st.frame_bytes;
+            stats.deferrals += st.deferrals;
+            stats.keyframes += st.keyframes;
+        }
+    }
+}
+
+/// A pass of [`Room::encode_frames`] runs on threads only with at least this many frames per
+/// thread (below it a thread costs more than it saves).
+const PARALLEL_MIN_FRAMES: usize = 64;
+
+/// What every member's frame of one encode pass reads (shared by the threads of a pass).
+struct EncodeCtx<'a> {
+    arena: &'a [EntityRecord],
+    /// Avatars in the arena (props after them).
+    avatars: usize,
+    index: &'a InterestIndex,
+    /// Arena index of each avatar id, `u32::MAX` for none.
+    slot: &'a [u32],
+    /// Each avatar's position in metres, by arena index.
+    pos_m: &'a [[f32; 3]],
+    bands_sq: [f32; 3],
+    cap: usize,
+    tick: u32,
+    phase: u64,
+}
+
+/// Buffers one thread of an encode pass reuses from frame to frame.
+#[derive(Default)]
+struct EncodeScratch {
+    interest: InterestSet,
+    buf: Vec<u8>,
+}
+
+/// Encodes one frame for each of `jobs`, in order, appending them to `out` and counting them in
+/// `stats`.
+fn encode_run(
+    ctx: &EncodeCtx<'_>,
+    jobs: &mut [(SessionId, &mut Member)],
+    scratch: &mut EncodeScratch,
+    stats: &mut RoomStats,
+    out: &mut Vec<Outbound>,
+) {
+    let EncodeCtx {
+        arena,
+        avatars,
+        index,
+        slot,
+        pos_m,
+        bands_sq,
+        cap,
+        tick,
+        phase,
+    } = *ctx;
+    let slot_of = |id: u32| slot.get(id as usize).copied().filter(|s| *s != u32::MAX);
+    let refresh_all = avatars <= cap + 1;
+    let mut visible: Vec<Visible<'_>> = Vec::with_capacity(cap.min(arena.len()) + 8);
+    for (session, m) in jobs.iter_mut() {
+        let at = slot_of(m.entity).map_or(m.pose.position, |i| pos_m[i as usize]);
+        if refresh_all
+            || m.seen.is_empty()
+            || (phase + u64::from(m.entity)).is_multiple_of(interest::REFRESH_EVERY)
+        {
+            index.nearest(m.entity, at, cap, &mut scratch.interest);
+            m.seen.clear();
+            m.seen.extend(scratch.interest.entries.iter().map(|e| e.0));
+        }
+        // Whom the member sees, minus those who left, with tiers from the current distance.
+        visible.clear();
+        m.seen.retain(|id| match slot_of(*id) {
+            Some(i) => {
+                let record = &arena[i as usize];
+                let p = pos_m[i as usize];
+                let (dx, dy, dz) = (p[0] - at[0], p[1] - at[1], p[2] - at[2]);
+                let tier = index.tier_of(dx * dx + dy * dy + dz * dz);
+                visible.push(Visible { record, tier });
+                true
+            }
+            None => false,
+        });
+        for record in &arena[avatars..] {
+            let p = record.pose.position_m();
+            let d2 = (0..3).map(|k| (p[k] - at[k]) * (p[k] - at[k])).sum::<f32>();
+            let tier = interest::tier_in(&bands_sq, d2);
+            visible.push(Visible { record, tier });
+        }
+        let own = OwnState {
+            entity: m.entity,
+            pose: m.pose,
+            last_input_seq: m.last_input_seq,
+        };
+        let buf = &mut scratch.buf;
+        buf.clear();
+        let st = m.encoder.encode(tick, Some(&own), &visible, buf);
+        // One exact-size allocation per frame; `buf` keeps its capacity.
+        let bytes = buf.clone();
+        stats.frames += 1;
+        stats.frame_bytes += bytes.len() as u64;
+        stats.deferrals += u64::from(st.deferred);
+        if st.keyframe {
+            stats.keyframes += 1;
+        }
+        out.push(Outbound::Frame {
+            session: *session,
+            bytes,
+            keyframe: st.keyframe,
+        });
+    }
+}
