@@ -115,7 +115,9 @@ export interface PlazaEvents {
   prop: Prop;
   consent: pb.ConsentEvent;
   emote: pb.EmoteEvent;
-  expression: { entityId: number; value: unknown };
+  expression: pb.ExpressionState;
+  /** The server moved an avatar (its next record snaps). */
+  teleported: pb.Teleported;
   roster: RosterEntry;
   correction: pb.Correction;
   rejected: pb.RequestRejected;
@@ -160,6 +162,7 @@ export class PlazaClient {
   private readonly props = new Map<number, Prop>();
   private readonly consents = new Map<bigint, pb.ConsentEvent>();
   private readonly roster = new Map<number, RosterEntry>();
+  private readonly expressions = new Map<number, pb.ExpressionState>();
   private readonly pings = new Map<bigint, number>();
   private moveSeq = 0;
   private firstMove = true;
@@ -299,8 +302,21 @@ export class PlazaClient {
     return this.on("emote", fn);
   }
 
-  onExpression(fn: (e: { entityId: number; value: unknown }) => void): () => void {
-    return this.on("expression", fn);
+  /** Every non-neutral expression held now, then every change. */
+  onExpression(fn: (e: pb.ExpressionState) => void): () => void {
+    const off = this.on("expression", fn);
+    for (const e of this.expressions.values()) fn(e);
+    return off;
+  }
+
+  /** Announces this member's display name (the roster carries it to the others). */
+  announce(displayName: string, version = 1n): number {
+    return this.send({ case: "profile", value: { version, displayName } });
+  }
+
+  /** Sets this avatar's expression (id 0 = neutral; intensity in basis points). */
+  expression(expressionId: number, intensityBp: number): number {
+    return this.send({ case: "expression", value: { expressionId, intensityBp } });
   }
 
   /** Every roster entry known now, then every new or changed one. */
@@ -504,6 +520,14 @@ export class PlazaClient {
       case "left":
         this.joinedValue = null;
         break;
+      case "expressions":
+        if (b.value.full) this.expressions.clear();
+        for (const e of b.value.states) {
+          if (e.expressionId === 0 && e.intensityBp === 0) this.expressions.delete(e.entityId);
+          else this.expressions.set(e.entityId, e);
+          this.emitter.emit("expression", e);
+        }
+        break;
       default:
         this.onOther(env);
     }
@@ -548,6 +572,7 @@ export class PlazaClient {
     this.avatars.clear();
     this.props.clear();
     this.consents.clear();
+    this.expressions.clear();
     this.decoder.reset();
   }
 
@@ -644,21 +669,24 @@ export class PlazaClient {
       case "rejected":
         this.emitter.emit("rejected", k.value);
         break;
+      case "roster":
+        this.onRosterUpdate(k.value);
+        break;
+      case "teleported":
+        this.emitter.emit("teleported", k.value);
+        break;
       default:
-        this.onOtherEvent(k as { case?: string; value?: unknown });
+        break;
     }
   }
 
-  /** Event kinds added by later protocol versions (roster, expressions). */
-  private onOtherEvent(k: { case?: string; value?: unknown }): void {
-    if (k.case === "roster") {
-      const v = k.value as { entries?: { entityId: number; wallet: string; displayName?: string; name?: string }[] } & { entityId?: number; wallet?: string; displayName?: string };
-      const entries = v.entries ?? (v.entityId !== undefined ? [v as { entityId: number; wallet: string; displayName?: string }] : []);
-      for (const e of entries) this.setRoster({ entityId: e.entityId, wallet: e.wallet, name: e.displayName ?? (e as { name?: string }).name ?? "" });
-    } else if (k.case === "expression") {
-      const v = k.value as { entityId?: number };
-      this.emitter.emit("expression", { entityId: v.entityId ?? 0, value: v });
+  private onRosterUpdate(u: pb.RosterUpdate): void {
+    if (u.full) {
+      const keep = new Set(u.upserts.map((e) => e.entityId));
+      for (const id of [...this.roster.keys()]) if (!keep.has(id)) this.roster.delete(id);
     }
+    for (const id of u.removed) this.roster.delete(id);
+    for (const e of u.upserts) this.setRoster({ entityId: e.entityId, wallet: e.wallet, name: e.displayName });
   }
 
   /** Records who an entity is (from the roster) and tells the listeners. */

@@ -44,10 +44,16 @@ client.on("correction", (c) => {
 
 /** Tells the room our display name (the roster carries it to the others). */
 function announce(): void {
-  const body = { case: "profile", value: { version: 1n, displayName: name } };
-  // Servers without profiles ignore the unknown field.
-  if ((pb as Record<string, unknown>).ProfileAnnouncementSchema) client.send(body as never);
+  client.announce(name);
 }
+client.on("teleported", (t) => {
+  if (t.entityId === client.entityId && own && t.position) {
+    own = { ...own, position: [t.position.x, t.position.y, t.position.z], yawDeg: t.rotationY };
+    pacer.reset();
+  } else {
+    replicas.markTeleported(t.entityId);
+  }
+});
 
 function step(now: number): void {
   const dt = Math.min((now - lastStep) / 1000, 0.1);
@@ -249,10 +255,25 @@ function frame(now: number): void {
   step(now);
   shown = replicas.render(now);
   draw();
-  requestAnimationFrame(frame);
+  schedule();
 }
+
+/**
+ * Animation frames while visible; a 60 Hz timer while hidden (browsers pause hidden frames).
+ * One loop at a time: a callback of an older schedule does nothing.
+ */
+let loop = 0;
+function schedule(): void {
+  const mine = ++loop;
+  const run = (now: number) => {
+    if (mine === loop) frame(now);
+  };
+  if (document.hidden) setTimeout(() => run(performance.now()), 16);
+  else requestAnimationFrame(run);
+}
+document.addEventListener("visibilitychange", schedule);
 setInterval(panel, 500);
-requestAnimationFrame(frame);
+schedule();
 client.connect();
 
 // For the browser test and for people poking at it in the console.

@@ -17,7 +17,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file plaza/v1/client.proto.
  */
 export const file_plaza_v1_client: GenFile = /*@__PURE__*/
-  fileDesc("ChVwbGF6YS92MS9jbGllbnQucHJvdG8SCHBsYXphLnYxIi8KD1Byb3RvY29sVmVyc2lvbhINCgVtYWpvchgBIAEoDRINCgVtaW5vchgCIAEoDSLDBAoOQ2xpZW50RW52ZWxvcGUSEgoKc2Vzc2lvbl9pZBgBIAEoBBIQCghzZXF1ZW5jZRgCIAEoDRISCgpzZW50X2F0X21zGAMgASgEEigKCW5lZ290aWF0ZRgKIAEoCzITLnBsYXphLnYxLk5lZ290aWF0ZUgAEh4KBGpvaW4YCyABKAsyDi5wbGF6YS52MS5Kb2luSAASIAoFbGVhdmUYDCABKAsyDy5wbGF6YS52MS5MZWF2ZUgAEiYKCG1vdmVtZW50GA0gASgLMhIucGxhemEudjEuTW92ZW1lbnRIABIeCgRwaW5nGA4gASgLMg4ucGxhemEudjEuUGluZ0gAEiIKBnJlc3luYxgPIAEoCzIQLnBsYXphLnYxLlJlc3luY0gAEjsKE21vdmVtZW50X2NvbXByZXNzZWQYECABKAsyHC5wbGF6YS52MS5Nb3ZlbWVudENvbXByZXNzZWRIABIsCgtpbnRlcmFjdGlvbhgRIAEoCzIVLnBsYXphLnYxLkludGVyYWN0aW9uSAASKgoHY29uc2VudBgSIAEoCzIXLnBsYXphLnYxLkNvbnNlbnRBY3Rpb25IABIgCgVlbW90ZRgTIAEoCzIPLnBsYXphLnYxLkVtb3RlSAASLQoMc2NlbmVfYWN0aW9uGBQgASgLMhUucGxhemEudjEuU2NlbmVBY3Rpb25IABIvCg1zY2VuZV9jb250cm9sGBUgASgLMhYucGxhemEudjEuU2NlbmVDb250cm9sSABCBgoEYm9keSJ3CglOZWdvdGlhdGUSKwoIdmVyc2lvbnMYASADKAsyGS5wbGF6YS52MS5Qcm90b2NvbFZlcnNpb24SEgoKYXV0aF90b2tlbhgCIAEoCRIUCgxyZXN1bWVfdG9rZW4YAyABKAkSEwoLY2xpZW50X25hbWUYBCABKAkiFwoESm9pbhIPCgdyb29tX2lkGAEgASgJIgcKBUxlYXZlIicKBFZlYzMSCQoBeBgBIAEoAhIJCgF5GAIgASgCEgkKAXoYAyABKAIi/wIKCE1vdmVtZW50EiAKCHBvc2l0aW9uGAEgASgLMg4ucGxhemEudjEuVmVjMxIgCgh2ZWxvY2l0eRgCIAEoCzIOLnBsYXphLnYxLlZlYzMSEgoKcm90YXRpb25feRgDIAEoAhItCg1tb3ZlbWVudF9raW5kGAQgASgOMhYucGxhemEudjEuTW92ZW1lbnRLaW5kEhIKCmFuaW1fZmxhZ3MYBSABKA0SGwoTaGVhZF9pa195YXdfZW5hYmxlZBgGIAEoCBIdChVoZWFkX2lrX3BpdGNoX2VuYWJsZWQYByABKAgSEAoIaGVhZF95YXcYCCABKAISEgoKaGVhZF9waXRjaBgJIAEoAhIWCg5pc19wb2ludGluZ19hdBgKIAEoCBIgCghwb2ludF9hdBgLIAEoCzIOLnBsYXphLnYxLlZlYzMSEgoKaXNfaW5zdGFudBgMIAEoCBIRCgl0aW1lc3RhbXAYDSABKAESFQoNdmVsb2NpdHlfdGllchgOIAEoDSJxChJNb3ZlbWVudENvbXByZXNzZWQSFQoNdGVtcG9yYWxfZGF0YRgBIAEoBxIVCg1tb3ZlbWVudF9kYXRhGAIgASgGEhYKDmhlYWRfc3luY19kYXRhGAMgASgHEhUKDXBvaW50X2F0X2RhdGEYBCABKAciHgoEUGluZxIWCg5jbGllbnRfdGltZV9tcxgBIAEoBCJICgZSZXN5bmMSFgoObGFzdF9mcmFtZV9zZXEYASABKA0SJgoGcmVhc29uGAIgASgOMhYucGxhemEudjEuUmVzeW5jUmVhc29uIpwBCgtJbnRlcmFjdGlvbhInCgRraW5kGAEgASgOMhkucGxhemEudjEuSW50ZXJhY3Rpb25LaW5kEg8KB3Byb3BfaWQYAiABKA0SIAoIcG9zaXRpb24YAyABKAsyDi5wbGF6YS52MS5WZWMzEiAKCHZlbG9jaXR5GAQgASgLMg4ucGxhemEudjEuVmVjMxIPCgdyb29tX2lkGAUgASgJImkKDUNvbnNlbnRBY3Rpb24SHwoCb3AYASABKA4yEy5wbGF6YS52MS5Db25zZW50T3ASDAoEa2luZBgCIAEoCRIVCg10YXJnZXRfZW50aXR5GAMgASgNEhIKCmNvbnNlbnRfaWQYBCABKAQiPQoFRW1vdGUSEAoIZW1vdGVfaWQYASABKAkSFAoMdGltZXN0YW1wX21zGAIgASgEEgwKBHN0b3AYAyABKAgiMAoLU2NlbmVBY3Rpb24SEAoIc2NlbmVfaWQYASABKAkSDwoHcGF5bG9hZBgCIAEoDCJoCgxTY2VuZUNvbnRyb2wSEAoIc2NlbmVfaWQYASABKAkSJAoCb3AYAiABKA4yGC5wbGF6YS52MS5TY2VuZUNvbnRyb2xPcBIMCgR0aWNrGAMgASgEEhIKCmdhbWVfc3RhdGUYBCABKAwi8QIKDlNlcnZlckVudmVsb3BlEhAKCHNlcXVlbmNlGAEgASgNEhIKCnNlbnRfYXRfbXMYAiABKAQSKgoKbmVnb3RpYXRlZBgKIAEoCzIULnBsYXphLnYxLk5lZ290aWF0ZWRIABIiCgZqb2luZWQYCyABKAsyEC5wbGF6YS52MS5Kb2luZWRIABIxCg5zbmFwc2hvdF9mcmFtZRgMIAEoCzIXLnBsYXphLnYxLlNuYXBzaG90RnJhbWVIABIgCgVlcnJvchgNIAEoCzIPLnBsYXphLnYxLkVycm9ySAASHgoEcG9uZxgOIAEoCzIOLnBsYXphLnYxLlBvbmdIABIqCgpjb3JyZWN0aW9uGA8gASgLMhQucGxhemEudjEuQ29ycmVjdGlvbkgAEiAKBWV2ZW50GBAgASgLMg8ucGxhemEudjEuRXZlbnRIABIeCgRsZWZ0GBEgASgLMg4ucGxhemEudjEuTGVmdEgAQgYKBGJvZHkilAEKCk5lZ290aWF0ZWQSKgoHdmVyc2lvbhgBIAEoCzIZLnBsYXphLnYxLlByb3RvY29sVmVyc2lvbhISCgpzZXNzaW9uX2lkGAIgASgEEg4KBndhbGxldBgDIAEoCRIUCgxyZXN1bWVfdG9rZW4YBCABKAkSIAoGbGltaXRzGAUgASgLMhAucGxhemEudjEuTGltaXRzIlQKBkxpbWl0cxIXCg9tYXhfZnJhbWVfYnl0ZXMYASABKA0SFwoPbWF4X21vdmVtZW50X2h6GAIgASgNEhgKEG1heF9ldmVudHNfcGVyX3MYAyABKA0iugEKBkpvaW5lZBIPCgdyb29tX2lkGAEgASgJEhEKCWVudGl0eV9pZBgCIAEoDRIPCgd0aWNrX2h6GAMgASgNEhQKDGJyb2FkY2FzdF9oehgEIAEoDRItCg1jYXBhY2l0eV90aWVyGAUgASgOMhYucGxhemEudjEuQ2FwYWNpdHlUaWVyEhQKDGludGVyZXN0X2NhcBgGIAEoDRIgCghwb3NpdGlvbhgHIAEoCzIOLnBsYXphLnYxLlZlYzMiFwoETGVmdBIPCgdyb29tX2lkGAEgASgJIh4KDVNuYXBzaG90RnJhbWUSDQoFZnJhbWUYASABKAwimgEKBUVycm9yEiEKBGNvZGUYASABKA4yEy5wbGF6YS52MS5FcnJvckNvZGUSDwoHbWVzc2FnZRgCIAEoCRI1ChJzdXBwb3J0ZWRfdmVyc2lvbnMYAyADKAsyGS5wbGF6YS52MS5Qcm90b2NvbFZlcnNpb24SEQoJcmV0cnlhYmxlGAQgASgIEhMKC2luX3JlcGx5X3RvGAUgASgNIjYKBFBvbmcSFgoOY2xpZW50X3RpbWVfbXMYASABKAQSFgoOc2VydmVyX3RpbWVfbXMYAiABKAQiqQEKCkNvcnJlY3Rpb24SJgoGcmVhc29uGAEgASgOMhYucGxhemEudjEuUmVqZWN0UmVhc29uEiAKCHBvc2l0aW9uGAIgASgLMg4ucGxhemEudjEuVmVjMxIgCgh2ZWxvY2l0eRgDIAEoCzIOLnBsYXphLnYxLlZlYzMSEgoKcm90YXRpb25feRgEIAEoAhIbChNsYXN0X2lucHV0X3NlcXVlbmNlGAUgASgNItECCgVFdmVudBIQCghyb29tX3NlcRgBIAEoBBIjCgRwcm9wGAogASgLMhMucGxhemEudjEuUHJvcEV2ZW50SAASKQoHY29uc2VudBgLIAEoCzIWLnBsYXphLnYxLkNvbnNlbnRFdmVudEgAEiUKBWVtb3RlGAwgASgLMhQucGxhemEudjEuRW1vdGVFdmVudEgAEikKCnNjZW5lX3RpY2sYDSABKAsyEy5wbGF6YS52MS5TY2VuZVRpY2tIABIpCgpzY2VuZV9zeW5jGA4gASgLMhMucGxhemEudjEuU2NlbmVTeW5jSAASLQoIcmVqZWN0ZWQYDyABKAsyGS5wbGF6YS52MS5SZXF1ZXN0UmVqZWN0ZWRIABIyCgxzY2VuZV9jbGllbnQYECABKAsyGi5wbGF6YS52MS5TY2VuZUNsaWVudEV2ZW50SABCBgoEa2luZCKQAQoJUHJvcEV2ZW50Eg8KB3Byb3BfaWQYASABKA0SFQoNaG9sZGVyX2VudGl0eRgCIAEoDRIQCghyZXZpc2lvbhgDIAEoBBInCgRraW5kGAQgASgOMhkucGxhemEudjEuSW50ZXJhY3Rpb25LaW5kEiAKCHBvc2l0aW9uGAUgASgLMg4ucGxhemEudjEuVmVjMyJwCgxDb25zZW50RXZlbnQSEgoKY29uc2VudF9pZBgBIAEoBBIMCgRraW5kGAIgASgJEhgKEHJlcXVlc3Rlcl9lbnRpdHkYAyABKA0SFQoNdGFyZ2V0X2VudGl0eRgEIAEoDRINCgVzdGF0ZRgFIAEoCSJVCgpFbW90ZUV2ZW50EhEKCWVudGl0eV9pZBgBIAEoDRIQCghlbW90ZV9pZBgCIAEoCRIMCgRzdG9wGAMgASgIEhQKDHRpbWVzdGFtcF9tcxgEIAEoBCJYCglTY2VuZVRpY2sSEAoIc2NlbmVfaWQYASABKAkSDAoEdGljaxgCIAEoBBIrCgdhY3Rpb25zGAMgAygLMhoucGxhemEudjEuU2NlbmVBY3Rpb25FbnRyeSI2ChBTY2VuZUFjdGlvbkVudHJ5EhEKCWVudGl0eV9pZBgBIAEoDRIPCgdwYXlsb2FkGAIgASgMIlUKCVNjZW5lU3luYxIQCghzY2VuZV9pZBgBIAEoCRIMCgR0aWNrGAIgASgEEhIKCmdhbWVfc3RhdGUYAyABKAwSFAoMY2xpZW50X3N0YXRlGAQgASgJIjYKD1JlcXVlc3RSZWplY3RlZBITCgtpbl9yZXBseV90bxgBIAEoDRIOCgZyZWFzb24YAiABKAkiiQEKEFNjZW5lQ2xpZW50RXZlbnQSEAoIc2NlbmVfaWQYASABKAkSEQoJZW50aXR5X2lkGAIgASgNEiwKBGtpbmQYAyABKA4yHi5wbGF6YS52MS5TY2VuZUNsaWVudEV2ZW50S2luZBIUCgxjbGllbnRfc3RhdGUYBCABKAkSDAoEdGljaxgFIAEoBCpsCgxNb3ZlbWVudEtpbmQSFgoSTU9WRU1FTlRfS0lORF9JRExFEAASFgoSTU9WRU1FTlRfS0lORF9XQUxLEAESFQoRTU9WRU1FTlRfS0lORF9KT0cQAhIVChFNT1ZFTUVOVF9LSU5EX1JVThADKsQBCghBbmltRmxhZxISCg5BTklNX0ZMQUdfTk9ORRAAEhYKEkFOSU1fRkxBR19HUk9VTkRFRBABEhUKEUFOSU1fRkxBR19GQUxMSU5HEAISFwoTQU5JTV9GTEFHX0xPTkdfSlVNUBAEEhcKE0FOSU1fRkxBR19MT05HX0ZBTEwQCBIVChFBTklNX0ZMQUdfU1RVTk5FRBAQEhUKEUFOSU1fRkxBR19TTElESU5HECASFQoRQU5JTV9GTEFHX0VNT1RJTkcQQCqOAQoMUmVzeW5jUmVhc29uEh0KGVJFU1lOQ19SRUFTT05fVU5TUEVDSUZJRUQQABIdChlSRVNZTkNfUkVBU09OX0NIQUlOX0JSRUFLEAESIAocUkVTWU5DX1JFQVNPTl9DSEVDS19NSVNNQVRDSBACEh4KGlJFU1lOQ19SRUFTT05fREVDT0RFX0VSUk9SEAMqowEKD0ludGVyYWN0aW9uS2luZBIgChxJTlRFUkFDVElPTl9LSU5EX1VOU1BFQ0lGSUVEEAASGwoXSU5URVJBQ1RJT05fS0lORF9QSUNLVVAQARIaChZJTlRFUkFDVElPTl9LSU5EX1BMQUNFEAISGgoWSU5URVJBQ1RJT05fS0lORF9USFJPVxADEhkKFUlOVEVSQUNUSU9OX0tJTkRfRFJPUBAEKrcBCglDb25zZW50T3ASGgoWQ09OU0VOVF9PUF9VTlNQRUNJRklFRBAAEhYKEkNPTlNFTlRfT1BfUkVRVUVTVBABEhYKEkNPTlNFTlRfT1BfQ09OU0VOVBACEhYKEkNPTlNFTlRfT1BfREVDTElORRADEhcKE0NPTlNFTlRfT1BfQUNUSVZBVEUQBBIWChJDT05TRU5UX09QX1JFTEVBU0UQBRIVChFDT05TRU5UX09QX0NBTkNFTBAGKqUBCg5TY2VuZUNvbnRyb2xPcBIgChxTQ0VORV9DT05UUk9MX09QX1VOU1BFQ0lGSUVEEAASGQoVU0NFTkVfQ09OVFJPTF9PUF9KT0lOEAESGgoWU0NFTkVfQ09OVFJPTF9PUF9MRUFWRRACEh4KGlNDRU5FX0NPTlRST0xfT1BfQ0FVR0hUX1VQEAMSGgoWU0NFTkVfQ09OVFJPTF9PUF9TVEFURRAEKkIKDENhcGFjaXR5VGllchIXChNDQVBBQ0lUWV9USUVSX0NMQVNTEAASGQoVQ0FQQUNJVFlfVElFUl9TVEFESVVNEAEq1wMKCUVycm9yQ29kZRIaChZFUlJPUl9DT0RFX1VOU1BFQ0lGSUVEEAASIgoeRVJST1JfQ09ERV9VTlNVUFBPUlRFRF9WRVJTSU9OEAESGAoURVJST1JfQ09ERV9CQURfRlJBTUUQAhIeChpFUlJPUl9DT0RFX0ZSQU1FX1RPT19MQVJHRRADEhsKF0VSUk9SX0NPREVfUkFURV9MSU1JVEVEEAQSGAoURVJST1JfQ09ERV9ST09NX0ZVTEwQBRITCg9FUlJPUl9DT0RFX0FVVEgQBhIZChVFUlJPUl9DT0RFX05PVF9KT0lORUQQBxIdChlFUlJPUl9DT0RFX0FMUkVBRFlfSk9JTkVEEAgSHwobRVJST1JfQ09ERV9ST09NX1VOQVZBSUxBQkxFEAkSHAoYRVJST1JfQ09ERV9JTlZBTElEX0lOUFVUEAoSHAoYRVJST1JfQ09ERV9TTE9XX0NPTlNVTUVSEAsSIAocRVJST1JfQ09ERV9IQU5EU0hBS0VfVElNRU9VVBAMEhkKFUVSUk9SX0NPREVfR09JTkdfQVdBWRANEhcKE0VSUk9SX0NPREVfSU5URVJOQUwQDhIXChNFUlJPUl9DT0RFX1JFSkVDVEVEEA8qtgIKDFJlamVjdFJlYXNvbhIdChlSRUpFQ1RfUkVBU09OX1VOU1BFQ0lGSUVEEAASFwoTUkVKRUNUX1JFQVNPTl9TUEVFRBABEhwKGFJFSkVDVF9SRUFTT05fTk9OX0ZJTklURRACEiEKHVJFSkVDVF9SRUFTT05fTk9OX1BPU0lUSVZFX0RUEAMSHwobUkVKRUNUX1JFQVNPTl9PVVRfT0ZfQk9VTkRTEAQSGgoWUkVKRUNUX1JFQVNPTl9URUxFUE9SVBAFEhkKFVJFSkVDVF9SRUFTT05fQkxPQ0tFRBAGEhcKE1JFSkVDVF9SRUFTT05fQ0xPQ0sQBxIaChZSRUpFQ1RfUkVBU09OX0FJUkJPUk5FEAgSIAocUkVKRUNUX1JFQVNPTl9VTktOT1dOX0VOVElUWRAJKr8CChRTY2VuZUNsaWVudEV2ZW50S2luZBInCiNTQ0VORV9DTElFTlRfRVZFTlRfS0lORF9VTlNQRUNJRklFRBAAEikKJVNDRU5FX0NMSUVOVF9FVkVOVF9LSU5EX0NMSUVOVF9KT0lORUQQARIqCiZTQ0VORV9DTElFTlRfRVZFTlRfS0lORF9CRUdJTl9DQVRDSF9VUBACEiUKIVNDRU5FX0NMSUVOVF9FVkVOVF9LSU5EX0NBVUdIVF9VUBADEicKI1NDRU5FX0NMSUVOVF9FVkVOVF9LSU5EX0NMSUVOVF9MRUZUEAQSKgomU0NFTkVfQ0xJRU5UX0VWRU5UX0tJTkRfTUFTVEVSX0NIQU5HRUQQBRIrCidTQ0VORV9DTElFTlRfRVZFTlRfS0lORF9TVEFURV9SRVFVRVNURUQQBmIGcHJvdG8z");
+  fileDesc("ChVwbGF6YS92MS9jbGllbnQucHJvdG8SCHBsYXphLnYxIi8KD1Byb3RvY29sVmVyc2lvbhINCgVtYWpvchgBIAEoDRINCgVtaW5vchgCIAEoDSKrBgoOQ2xpZW50RW52ZWxvcGUSEgoKc2Vzc2lvbl9pZBgBIAEoBBIQCghzZXF1ZW5jZRgCIAEoDRISCgpzZW50X2F0X21zGAMgASgEEigKCW5lZ290aWF0ZRgKIAEoCzITLnBsYXphLnYxLk5lZ290aWF0ZUgAEh4KBGpvaW4YCyABKAsyDi5wbGF6YS52MS5Kb2luSAASIAoFbGVhdmUYDCABKAsyDy5wbGF6YS52MS5MZWF2ZUgAEiYKCG1vdmVtZW50GA0gASgLMhIucGxhemEudjEuTW92ZW1lbnRIABIeCgRwaW5nGA4gASgLMg4ucGxhemEudjEuUGluZ0gAEiIKBnJlc3luYxgPIAEoCzIQLnBsYXphLnYxLlJlc3luY0gAEjsKE21vdmVtZW50X2NvbXByZXNzZWQYECABKAsyHC5wbGF6YS52MS5Nb3ZlbWVudENvbXByZXNzZWRIABIsCgtpbnRlcmFjdGlvbhgRIAEoCzIVLnBsYXphLnYxLkludGVyYWN0aW9uSAASKgoHY29uc2VudBgSIAEoCzIXLnBsYXphLnYxLkNvbnNlbnRBY3Rpb25IABIgCgVlbW90ZRgTIAEoCzIPLnBsYXphLnYxLkVtb3RlSAASLQoMc2NlbmVfYWN0aW9uGBQgASgLMhUucGxhemEudjEuU2NlbmVBY3Rpb25IABIvCg1zY2VuZV9jb250cm9sGBUgASgLMhYucGxhemEudjEuU2NlbmVDb250cm9sSAASLQoIdGVsZXBvcnQYFiABKAsyGS5wbGF6YS52MS5UZWxlcG9ydFJlcXVlc3RIABImCgVibG9jaxgXIAEoCzIVLnBsYXphLnYxLkJsb2NrQWN0aW9uSAASMQoOcGVyc29uYWxfc3BhY2UYGCABKAsyFy5wbGF6YS52MS5QZXJzb25hbFNwYWNlSAASKgoKZXhwcmVzc2lvbhgZIAEoCzIULnBsYXphLnYxLkV4cHJlc3Npb25IABIwCgdwcm9maWxlGBogASgLMh0ucGxhemEudjEuUHJvZmlsZUFubm91bmNlbWVudEgAQgYKBGJvZHkidwoJTmVnb3RpYXRlEisKCHZlcnNpb25zGAEgAygLMhkucGxhemEudjEuUHJvdG9jb2xWZXJzaW9uEhIKCmF1dGhfdG9rZW4YAiABKAkSFAoMcmVzdW1lX3Rva2VuGAMgASgJEhMKC2NsaWVudF9uYW1lGAQgASgJIhcKBEpvaW4SDwoHcm9vbV9pZBgBIAEoCSIHCgVMZWF2ZSInCgRWZWMzEgkKAXgYASABKAISCQoBeRgCIAEoAhIJCgF6GAMgASgCIv8CCghNb3ZlbWVudBIgCghwb3NpdGlvbhgBIAEoCzIOLnBsYXphLnYxLlZlYzMSIAoIdmVsb2NpdHkYAiABKAsyDi5wbGF6YS52MS5WZWMzEhIKCnJvdGF0aW9uX3kYAyABKAISLQoNbW92ZW1lbnRfa2luZBgEIAEoDjIWLnBsYXphLnYxLk1vdmVtZW50S2luZBISCgphbmltX2ZsYWdzGAUgASgNEhsKE2hlYWRfaWtfeWF3X2VuYWJsZWQYBiABKAgSHQoVaGVhZF9pa19waXRjaF9lbmFibGVkGAcgASgIEhAKCGhlYWRfeWF3GAggASgCEhIKCmhlYWRfcGl0Y2gYCSABKAISFgoOaXNfcG9pbnRpbmdfYXQYCiABKAgSIAoIcG9pbnRfYXQYCyABKAsyDi5wbGF6YS52MS5WZWMzEhIKCmlzX2luc3RhbnQYDCABKAgSEQoJdGltZXN0YW1wGA0gASgBEhUKDXZlbG9jaXR5X3RpZXIYDiABKA0icQoSTW92ZW1lbnRDb21wcmVzc2VkEhUKDXRlbXBvcmFsX2RhdGEYASABKAcSFQoNbW92ZW1lbnRfZGF0YRgCIAEoBhIWCg5oZWFkX3N5bmNfZGF0YRgDIAEoBxIVCg1wb2ludF9hdF9kYXRhGAQgASgHIh4KBFBpbmcSFgoOY2xpZW50X3RpbWVfbXMYASABKAQiSAoGUmVzeW5jEhYKDmxhc3RfZnJhbWVfc2VxGAEgASgNEiYKBnJlYXNvbhgCIAEoDjIWLnBsYXphLnYxLlJlc3luY1JlYXNvbiKcAQoLSW50ZXJhY3Rpb24SJwoEa2luZBgBIAEoDjIZLnBsYXphLnYxLkludGVyYWN0aW9uS2luZBIPCgdwcm9wX2lkGAIgASgNEiAKCHBvc2l0aW9uGAMgASgLMg4ucGxhemEudjEuVmVjMxIgCgh2ZWxvY2l0eRgEIAEoCzIOLnBsYXphLnYxLlZlYzMSDwoHcm9vbV9pZBgFIAEoCSJpCg1Db25zZW50QWN0aW9uEh8KAm9wGAEgASgOMhMucGxhemEudjEuQ29uc2VudE9wEgwKBGtpbmQYAiABKAkSFQoNdGFyZ2V0X2VudGl0eRgDIAEoDRISCgpjb25zZW50X2lkGAQgASgEIj0KBUVtb3RlEhAKCGVtb3RlX2lkGAEgASgJEhQKDHRpbWVzdGFtcF9tcxgCIAEoBBIMCgRzdG9wGAMgASgIIiYKD1RlbGVwb3J0UmVxdWVzdBITCgtkZXN0aW5hdGlvbhgBIAEoCSJaCgtCbG9ja0FjdGlvbhIdCgJvcBgBIAEoDjIRLnBsYXphLnYxLkJsb2NrT3ASFQoNdGFyZ2V0X2VudGl0eRgCIAEoDRIVCg10YXJnZXRfd2FsbGV0GAMgASgJIiEKDVBlcnNvbmFsU3BhY2USEAoIcmFkaXVzX20YASABKAIiOQoKRXhwcmVzc2lvbhIVCg1leHByZXNzaW9uX2lkGAEgASgNEhQKDGludGVuc2l0eV9icBgCIAEoDSI8ChNQcm9maWxlQW5ub3VuY2VtZW50Eg8KB3ZlcnNpb24YASABKAQSFAoMZGlzcGxheV9uYW1lGAIgASgJIjAKC1NjZW5lQWN0aW9uEhAKCHNjZW5lX2lkGAEgASgJEg8KB3BheWxvYWQYAiABKAwiaAoMU2NlbmVDb250cm9sEhAKCHNjZW5lX2lkGAEgASgJEiQKAm9wGAIgASgOMhgucGxhemEudjEuU2NlbmVDb250cm9sT3ASDAoEdGljaxgDIAEoBBISCgpnYW1lX3N0YXRlGAQgASgMIqMDCg5TZXJ2ZXJFbnZlbG9wZRIQCghzZXF1ZW5jZRgBIAEoDRISCgpzZW50X2F0X21zGAIgASgEEioKCm5lZ290aWF0ZWQYCiABKAsyFC5wbGF6YS52MS5OZWdvdGlhdGVkSAASIgoGam9pbmVkGAsgASgLMhAucGxhemEudjEuSm9pbmVkSAASMQoOc25hcHNob3RfZnJhbWUYDCABKAsyFy5wbGF6YS52MS5TbmFwc2hvdEZyYW1lSAASIAoFZXJyb3IYDSABKAsyDy5wbGF6YS52MS5FcnJvckgAEh4KBHBvbmcYDiABKAsyDi5wbGF6YS52MS5Qb25nSAASKgoKY29ycmVjdGlvbhgPIAEoCzIULnBsYXphLnYxLkNvcnJlY3Rpb25IABIgCgVldmVudBgQIAEoCzIPLnBsYXphLnYxLkV2ZW50SAASHgoEbGVmdBgRIAEoCzIOLnBsYXphLnYxLkxlZnRIABIwCgtleHByZXNzaW9ucxgSIAEoCzIZLnBsYXphLnYxLkV4cHJlc3Npb25GcmFtZUgAQgYKBGJvZHkilAEKCk5lZ290aWF0ZWQSKgoHdmVyc2lvbhgBIAEoCzIZLnBsYXphLnYxLlByb3RvY29sVmVyc2lvbhISCgpzZXNzaW9uX2lkGAIgASgEEg4KBndhbGxldBgDIAEoCRIUCgxyZXN1bWVfdG9rZW4YBCABKAkSIAoGbGltaXRzGAUgASgLMhAucGxhemEudjEuTGltaXRzIlQKBkxpbWl0cxIXCg9tYXhfZnJhbWVfYnl0ZXMYASABKA0SFwoPbWF4X21vdmVtZW50X2h6GAIgASgNEhgKEG1heF9ldmVudHNfcGVyX3MYAyABKA0i9wEKBkpvaW5lZBIPCgdyb29tX2lkGAEgASgJEhEKCWVudGl0eV9pZBgCIAEoDRIPCgd0aWNrX2h6GAMgASgNEhQKDGJyb2FkY2FzdF9oehgEIAEoDRItCg1jYXBhY2l0eV90aWVyGAUgASgOMhYucGxhemEudjEuQ2FwYWNpdHlUaWVyEhQKDGludGVyZXN0X2NhcBgGIAEoDRIgCghwb3NpdGlvbhgHIAEoCzIOLnBsYXphLnYxLlZlYzMSJwoEcm9vbRgIIAEoCzIZLnBsYXphLnYxLlJvb21EZXNjcmlwdGlvbhISCgpyb3RhdGlvbl95GAkgASgCIv4CCg9Sb29tRGVzY3JpcHRpb24SIgoKYm91bmRzX21pbhgBIAEoCzIOLnBsYXphLnYxLlZlYzMSIgoKYm91bmRzX21heBgCIAEoCzIOLnBsYXphLnYxLlZlYzMSEAoIZ3JvdW5kX3kYAyABKAISJQoJY2VsbF9ncmlkGAQgASgLMhIucGxhemEudjEuQ2VsbEdyaWQSKwoMZGVzdGluYXRpb25zGAUgAygLMhUucGxhemEudjEuRGVzdGluYXRpb24SKAoGbGltaXRzGAYgASgLMhgucGxhemEudjEuTW92ZW1lbnRMaW1pdHMSEwoLbWF4X21lbWJlcnMYByABKA0SGgoSYnVkZ2V0X2J5dGVzX3Blcl9zGAggASgNEhUKDWV4cHJlc3Npb25faHoYCSABKA0SEgoKZGVmaW5pdGlvbhgKIAEoCRIdChVjYXBzdWxlX2hhbGZfaGVpZ2h0X20YCyABKAISGAoQY2Fwc3VsZV9yYWRpdXNfbRgMIAEoAiJbCghDZWxsR3JpZBITCgtjZWxsX3NpemVfbRgBIAEoAhINCgVtaW5feBgCIAEoBRINCgVtaW5fehgDIAEoBRINCgV3aWR0aBgEIAEoDRINCgVkZXB0aBgFIAEoDSKxAQoLRGVzdGluYXRpb24SDAoEbmFtZRgBIAEoCRInCgRraW5kGAIgASgOMhkucGxhemEudjEuRGVzdGluYXRpb25LaW5kEiAKCHBvc2l0aW9uGAMgASgLMg4ucGxhemEudjEuVmVjMxISCgpyb3RhdGlvbl95GAQgASgCEhAKCHJhZGl1c19tGAUgASgCEg4KBnRhcmdldBgGIAEoCRITCgtyZXF1ZXN0YWJsZRgHIAEoCCKYAQoOTW92ZW1lbnRMaW1pdHMSFQoNbWF4X3NwZWVkX21wcxgBIAEoAhIbChN0ZWxlcG9ydF9kaXN0YW5jZV9tGAIgASgCEhkKEWNsb2NrX3RvbGVyYW5jZV9zGAMgASgCEhcKD3NwZWVkX3RvbGVyYW5jZRgEIAEoAhIeChZtYXhfdmVydGljYWxfc3BlZWRfbXBzGAUgASgCIhcKBExlZnQSDwoHcm9vbV9pZBgBIAEoCSIeCg1TbmFwc2hvdEZyYW1lEg0KBWZyYW1lGAEgASgMIpoBCgVFcnJvchIhCgRjb2RlGAEgASgOMhMucGxhemEudjEuRXJyb3JDb2RlEg8KB21lc3NhZ2UYAiABKAkSNQoSc3VwcG9ydGVkX3ZlcnNpb25zGAMgAygLMhkucGxhemEudjEuUHJvdG9jb2xWZXJzaW9uEhEKCXJldHJ5YWJsZRgEIAEoCBITCgtpbl9yZXBseV90bxgFIAEoDSI2CgRQb25nEhYKDmNsaWVudF90aW1lX21zGAEgASgEEhYKDnNlcnZlcl90aW1lX21zGAIgASgEIqkBCgpDb3JyZWN0aW9uEiYKBnJlYXNvbhgBIAEoDjIWLnBsYXphLnYxLlJlamVjdFJlYXNvbhIgCghwb3NpdGlvbhgCIAEoCzIOLnBsYXphLnYxLlZlYzMSIAoIdmVsb2NpdHkYAyABKAsyDi5wbGF6YS52MS5WZWMzEhIKCnJvdGF0aW9uX3kYBCABKAISGwoTbGFzdF9pbnB1dF9zZXF1ZW5jZRgFIAEoDSLOAwoFRXZlbnQSEAoIcm9vbV9zZXEYASABKAQSIwoEcHJvcBgKIAEoCzITLnBsYXphLnYxLlByb3BFdmVudEgAEikKB2NvbnNlbnQYCyABKAsyFi5wbGF6YS52MS5Db25zZW50RXZlbnRIABIlCgVlbW90ZRgMIAEoCzIULnBsYXphLnYxLkVtb3RlRXZlbnRIABIpCgpzY2VuZV90aWNrGA0gASgLMhMucGxhemEudjEuU2NlbmVUaWNrSAASKQoKc2NlbmVfc3luYxgOIAEoCzITLnBsYXphLnYxLlNjZW5lU3luY0gAEi0KCHJlamVjdGVkGA8gASgLMhkucGxhemEudjEuUmVxdWVzdFJlamVjdGVkSAASMgoMc2NlbmVfY2xpZW50GBAgASgLMhoucGxhemEudjEuU2NlbmVDbGllbnRFdmVudEgAEigKBnJvc3RlchgRIAEoCzIWLnBsYXphLnYxLlJvc3RlclVwZGF0ZUgAEioKCnRlbGVwb3J0ZWQYEiABKAsyFC5wbGF6YS52MS5UZWxlcG9ydGVkSAASJQoFYmxvY2sYEyABKAsyFC5wbGF6YS52MS5CbG9ja0V2ZW50SABCBgoEa2luZCJfCgtSb3N0ZXJFbnRyeRIRCgllbnRpdHlfaWQYASABKA0SDgoGd2FsbGV0GAIgASgJEhQKDGRpc3BsYXlfbmFtZRgDIAEoCRIXCg9wcm9maWxlX3ZlcnNpb24YBCABKAQiVQoMUm9zdGVyVXBkYXRlEgwKBGZ1bGwYASABKAgSJgoHdXBzZXJ0cxgCIAMoCzIVLnBsYXphLnYxLlJvc3RlckVudHJ5Eg8KB3JlbW92ZWQYAyADKA0irwEKClRlbGVwb3J0ZWQSEQoJZW50aXR5X2lkGAEgASgNEiAKCHBvc2l0aW9uGAIgASgLMg4ucGxhemEudjEuVmVjMxISCgpyb3RhdGlvbl95GAMgASgCEhMKC2Rlc3RpbmF0aW9uGAQgASgJEiYKBWNhdXNlGAUgASgOMhcucGxhemEudjEuVGVsZXBvcnRDYXVzZRIbChNsYXN0X2lucHV0X3NlcXVlbmNlGAYgASgNIksKCkJsb2NrRXZlbnQSFQoNdGFyZ2V0X3dhbGxldBgBIAEoCRIVCg10YXJnZXRfZW50aXR5GAIgASgNEg8KB2Jsb2NrZWQYAyABKAgiUQoPRXhwcmVzc2lvblN0YXRlEhEKCWVudGl0eV9pZBgBIAEoDRIVCg1leHByZXNzaW9uX2lkGAIgASgNEhQKDGludGVuc2l0eV9icBgDIAEoDSJYCg9FeHByZXNzaW9uRnJhbWUSDAoEdGljaxgBIAEoBBIMCgRmdWxsGAIgASgIEikKBnN0YXRlcxgDIAMoCzIZLnBsYXphLnYxLkV4cHJlc3Npb25TdGF0ZSKQAQoJUHJvcEV2ZW50Eg8KB3Byb3BfaWQYASABKA0SFQoNaG9sZGVyX2VudGl0eRgCIAEoDRIQCghyZXZpc2lvbhgDIAEoBBInCgRraW5kGAQgASgOMhkucGxhemEudjEuSW50ZXJhY3Rpb25LaW5kEiAKCHBvc2l0aW9uGAUgASgLMg4ucGxhemEudjEuVmVjMyJwCgxDb25zZW50RXZlbnQSEgoKY29uc2VudF9pZBgBIAEoBBIMCgRraW5kGAIgASgJEhgKEHJlcXVlc3Rlcl9lbnRpdHkYAyABKA0SFQoNdGFyZ2V0X2VudGl0eRgEIAEoDRINCgVzdGF0ZRgFIAEoCSJ+CgpFbW90ZUV2ZW50EhEKCWVudGl0eV9pZBgBIAEoDRIQCghlbW90ZV9pZBgCIAEoCRIMCgRzdG9wGAMgASgIEhQKDHRpbWVzdGFtcF9tcxgEIAEoBBITCgtpbl9wcm9ncmVzcxgFIAEoCBISCgplbGFwc2VkX21zGAYgASgEIlgKCVNjZW5lVGljaxIQCghzY2VuZV9pZBgBIAEoCRIMCgR0aWNrGAIgASgEEisKB2FjdGlvbnMYAyADKAsyGi5wbGF6YS52MS5TY2VuZUFjdGlvbkVudHJ5IjYKEFNjZW5lQWN0aW9uRW50cnkSEQoJZW50aXR5X2lkGAEgASgNEg8KB3BheWxvYWQYAiABKAwilAEKCVNjZW5lU3luYxIQCghzY2VuZV9pZBgBIAEoCRIMCgR0aWNrGAIgASgEEhIKCmdhbWVfc3RhdGUYAyABKAwSFAoMY2xpZW50X3N0YXRlGAQgASgJEiYKB21lbWJlcnMYBSADKAsyFS5wbGF6YS52MS5TY2VuZU1lbWJlchIVCg1tYXN0ZXJfZW50aXR5GAYgASgNIjYKC1NjZW5lTWVtYmVyEhEKCWVudGl0eV9pZBgBIAEoDRIUCgxjbGllbnRfc3RhdGUYAiABKAkiNgoPUmVxdWVzdFJlamVjdGVkEhMKC2luX3JlcGx5X3RvGAEgASgNEg4KBnJlYXNvbhgCIAEoCSKJAQoQU2NlbmVDbGllbnRFdmVudBIQCghzY2VuZV9pZBgBIAEoCRIRCgllbnRpdHlfaWQYAiABKA0SLAoEa2luZBgDIAEoDjIeLnBsYXphLnYxLlNjZW5lQ2xpZW50RXZlbnRLaW5kEhQKDGNsaWVudF9zdGF0ZRgEIAEoCRIMCgR0aWNrGAUgASgEKmwKDE1vdmVtZW50S2luZBIWChJNT1ZFTUVOVF9LSU5EX0lETEUQABIWChJNT1ZFTUVOVF9LSU5EX1dBTEsQARIVChFNT1ZFTUVOVF9LSU5EX0pPRxACEhUKEU1PVkVNRU5UX0tJTkRfUlVOEAMqxAEKCEFuaW1GbGFnEhIKDkFOSU1fRkxBR19OT05FEAASFgoSQU5JTV9GTEFHX0dST1VOREVEEAESFQoRQU5JTV9GTEFHX0ZBTExJTkcQAhIXChNBTklNX0ZMQUdfTE9OR19KVU1QEAQSFwoTQU5JTV9GTEFHX0xPTkdfRkFMTBAIEhUKEUFOSU1fRkxBR19TVFVOTkVEEBASFQoRQU5JTV9GTEFHX1NMSURJTkcQIBIVChFBTklNX0ZMQUdfRU1PVElORxBAKo4BCgxSZXN5bmNSZWFzb24SHQoZUkVTWU5DX1JFQVNPTl9VTlNQRUNJRklFRBAAEh0KGVJFU1lOQ19SRUFTT05fQ0hBSU5fQlJFQUsQARIgChxSRVNZTkNfUkVBU09OX0NIRUNLX01JU01BVENIEAISHgoaUkVTWU5DX1JFQVNPTl9ERUNPREVfRVJST1IQAyqjAQoPSW50ZXJhY3Rpb25LaW5kEiAKHElOVEVSQUNUSU9OX0tJTkRfVU5TUEVDSUZJRUQQABIbChdJTlRFUkFDVElPTl9LSU5EX1BJQ0tVUBABEhoKFklOVEVSQUNUSU9OX0tJTkRfUExBQ0UQAhIaChZJTlRFUkFDVElPTl9LSU5EX1RIUk9XEAMSGQoVSU5URVJBQ1RJT05fS0lORF9EUk9QEAQqtwEKCUNvbnNlbnRPcBIaChZDT05TRU5UX09QX1VOU1BFQ0lGSUVEEAASFgoSQ09OU0VOVF9PUF9SRVFVRVNUEAESFgoSQ09OU0VOVF9PUF9DT05TRU5UEAISFgoSQ09OU0VOVF9PUF9ERUNMSU5FEAMSFwoTQ09OU0VOVF9PUF9BQ1RJVkFURRAEEhYKEkNPTlNFTlRfT1BfUkVMRUFTRRAFEhUKEUNPTlNFTlRfT1BfQ0FOQ0VMEAYqTQoHQmxvY2tPcBIYChRCTE9DS19PUF9VTlNQRUNJRklFRBAAEhIKDkJMT0NLX09QX0JMT0NLEAESFAoQQkxPQ0tfT1BfVU5CTE9DSxACKqUBCg5TY2VuZUNvbnRyb2xPcBIgChxTQ0VORV9DT05UUk9MX09QX1VOU1BFQ0lGSUVEEAASGQoVU0NFTkVfQ09OVFJPTF9PUF9KT0lOEAESGgoWU0NFTkVfQ09OVFJPTF9PUF9MRUFWRRACEh4KGlNDRU5FX0NPTlRST0xfT1BfQ0FVR0hUX1VQEAMSGgoWU0NFTkVfQ09OVFJPTF9PUF9TVEFURRAEKkIKDENhcGFjaXR5VGllchIXChNDQVBBQ0lUWV9USUVSX0NMQVNTEAASGQoVQ0FQQUNJVFlfVElFUl9TVEFESVVNEAEqbAoPRGVzdGluYXRpb25LaW5kEiAKHERFU1RJTkFUSU9OX0tJTkRfVU5TUEVDSUZJRUQQABIaChZERVNUSU5BVElPTl9LSU5EX1NQQVdOEAESGwoXREVTVElOQVRJT05fS0lORF9QT1JUQUwQAirXAwoJRXJyb3JDb2RlEhoKFkVSUk9SX0NPREVfVU5TUEVDSUZJRUQQABIiCh5FUlJPUl9DT0RFX1VOU1VQUE9SVEVEX1ZFUlNJT04QARIYChRFUlJPUl9DT0RFX0JBRF9GUkFNRRACEh4KGkVSUk9SX0NPREVfRlJBTUVfVE9PX0xBUkdFEAMSGwoXRVJST1JfQ09ERV9SQVRFX0xJTUlURUQQBBIYChRFUlJPUl9DT0RFX1JPT01fRlVMTBAFEhMKD0VSUk9SX0NPREVfQVVUSBAGEhkKFUVSUk9SX0NPREVfTk9UX0pPSU5FRBAHEh0KGUVSUk9SX0NPREVfQUxSRUFEWV9KT0lORUQQCBIfChtFUlJPUl9DT0RFX1JPT01fVU5BVkFJTEFCTEUQCRIcChhFUlJPUl9DT0RFX0lOVkFMSURfSU5QVVQQChIcChhFUlJPUl9DT0RFX1NMT1dfQ09OU1VNRVIQCxIgChxFUlJPUl9DT0RFX0hBTkRTSEFLRV9USU1FT1VUEAwSGQoVRVJST1JfQ09ERV9HT0lOR19BV0FZEA0SFwoTRVJST1JfQ09ERV9JTlRFUk5BTBAOEhcKE0VSUk9SX0NPREVfUkVKRUNURUQQDyq2AgoMUmVqZWN0UmVhc29uEh0KGVJFSkVDVF9SRUFTT05fVU5TUEVDSUZJRUQQABIXChNSRUpFQ1RfUkVBU09OX1NQRUVEEAESHAoYUkVKRUNUX1JFQVNPTl9OT05fRklOSVRFEAISIQodUkVKRUNUX1JFQVNPTl9OT05fUE9TSVRJVkVfRFQQAxIfChtSRUpFQ1RfUkVBU09OX09VVF9PRl9CT1VORFMQBBIaChZSRUpFQ1RfUkVBU09OX1RFTEVQT1JUEAUSGQoVUkVKRUNUX1JFQVNPTl9CTE9DS0VEEAYSFwoTUkVKRUNUX1JFQVNPTl9DTE9DSxAHEhoKFlJFSkVDVF9SRUFTT05fQUlSQk9STkUQCBIgChxSRUpFQ1RfUkVBU09OX1VOS05PV05fRU5USVRZEAkqgwEKDVRlbGVwb3J0Q2F1c2USHgoaVEVMRVBPUlRfQ0FVU0VfVU5TUEVDSUZJRUQQABIaChZURUxFUE9SVF9DQVVTRV9SRVFVRVNUEAESGQoVVEVMRVBPUlRfQ0FVU0VfUE9SVEFMEAISGwoXVEVMRVBPUlRfQ0FVU0VfT1BFUkFUT1IQAyqKAwoUU2NlbmVDbGllbnRFdmVudEtpbmQSJwojU0NFTkVfQ0xJRU5UX0VWRU5UX0tJTkRfVU5TUEVDSUZJRUQQABIpCiVTQ0VORV9DTElFTlRfRVZFTlRfS0lORF9DTElFTlRfSk9JTkVEEAESKgomU0NFTkVfQ0xJRU5UX0VWRU5UX0tJTkRfQkVHSU5fQ0FUQ0hfVVAQAhIlCiFTQ0VORV9DTElFTlRfRVZFTlRfS0lORF9DQVVHSFRfVVAQAxInCiNTQ0VORV9DTElFTlRfRVZFTlRfS0lORF9DTElFTlRfTEVGVBAEEioKJlNDRU5FX0NMSUVOVF9FVkVOVF9LSU5EX01BU1RFUl9DSEFOR0VEEAUSKwonU0NFTkVfQ0xJRU5UX0VWRU5UX0tJTkRfU1RBVEVfUkVRVUVTVEVEEAYSJgoiU0NFTkVfQ0xJRU5UX0VWRU5UX0tJTkRfU1lOQ19SRVRSWRAHEiEKHVNDRU5FX0NMSUVOVF9FVkVOVF9LSU5EX0FMT05FEAhiBnByb3RvMw");
 
 /**
  * A protocol version. Negotiation picks the highest version both sides list.
@@ -143,6 +143,46 @@ export type ClientEnvelope = Message<"plaza.v1.ClientEnvelope"> & {
      */
     value: SceneControl;
     case: "sceneControl";
+  } | {
+    /**
+     * Ask to be moved to a named destination of the room (a spawn point or portal exit).
+     *
+     * @generated from field: plaza.v1.TeleportRequest teleport = 22;
+     */
+    value: TeleportRequest;
+    case: "teleport";
+  } | {
+    /**
+     * Block or unblock another member (server-enforced, audited).
+     *
+     * @generated from field: plaza.v1.BlockAction block = 23;
+     */
+    value: BlockAction;
+    case: "block";
+  } | {
+    /**
+     * This member's personal-space radius: avatars inside it are not sent to this member.
+     *
+     * @generated from field: plaza.v1.PersonalSpace personal_space = 24;
+     */
+    value: PersonalSpace;
+    case: "personalSpace";
+  } | {
+    /**
+     * This avatar's facial / body expression (seed 004), carried at the expression rate.
+     *
+     * @generated from field: plaza.v1.Expression expression = 25;
+     */
+    value: Expression;
+    case: "expression";
+  } | {
+    /**
+     * This member's profile version and display name (seed 000's profile announcement).
+     *
+     * @generated from field: plaza.v1.ProfileAnnouncement profile = 26;
+     */
+    value: ProfileAnnouncement;
+    case: "profile";
   } | { case: undefined; value?: undefined };
 };
 
@@ -534,6 +574,136 @@ export const EmoteSchema: GenMessage<Emote> = /*@__PURE__*/
   messageDesc(file_plaza_v1_client, 12);
 
 /**
+ * A client asks the room to move its avatar to `destination`, the name of one of the
+ * destinations Joined.room.destinations lists with `requestable` set. The room answers with a
+ * Teleported event (to everyone who sees the avatar, the mover included) and the avatar's next
+ * frame record carries the instant bit; a name the room does not allow is refused with
+ * RequestRejected reason "no_such_destination".
+ *
+ * @generated from message plaza.v1.TeleportRequest
+ */
+export type TeleportRequest = Message<"plaza.v1.TeleportRequest"> & {
+  /**
+   * @generated from field: string destination = 1;
+   */
+  destination: string;
+};
+
+/**
+ * Describes the message plaza.v1.TeleportRequest.
+ * Use `create(TeleportRequestSchema)` to create a new message.
+ */
+export const TeleportRequestSchema: GenMessage<TeleportRequest> = /*@__PURE__*/
+  messageDesc(file_plaza_v1_client, 13);
+
+/**
+ * Block or unblock another member. After a block neither member is in the other's interest set
+ * (never sent), consent requests between them are refused ("blocked"), and the block is an audit
+ * record. Name the other member by `target_entity` (an avatar this client sees) or, to unblock
+ * someone no longer visible, by `target_wallet` (from the roster or a BlockEvent); when both are
+ * set the wallet wins. Blocks are kept per wallet, so they survive a resume or a rejoin.
+ *
+ * @generated from message plaza.v1.BlockAction
+ */
+export type BlockAction = Message<"plaza.v1.BlockAction"> & {
+  /**
+   * @generated from field: plaza.v1.BlockOp op = 1;
+   */
+  op: BlockOp;
+
+  /**
+   * @generated from field: uint32 target_entity = 2;
+   */
+  targetEntity: number;
+
+  /**
+   * @generated from field: string target_wallet = 3;
+   */
+  targetWallet: string;
+};
+
+/**
+ * Describes the message plaza.v1.BlockAction.
+ * Use `create(BlockActionSchema)` to create a new message.
+ */
+export const BlockActionSchema: GenMessage<BlockAction> = /*@__PURE__*/
+  messageDesc(file_plaza_v1_client, 14);
+
+/**
+ * Avatars whose position is within `radius_m` metres of this member's avatar are left out of
+ * this member's frames (as if out of interest). 0 turns it off; the server caps it (4 m).
+ *
+ * @generated from message plaza.v1.PersonalSpace
+ */
+export type PersonalSpace = Message<"plaza.v1.PersonalSpace"> & {
+  /**
+   * @generated from field: float radius_m = 1;
+   */
+  radiusM: number;
+};
+
+/**
+ * Describes the message plaza.v1.PersonalSpace.
+ * Use `create(PersonalSpaceSchema)` to create a new message.
+ */
+export const PersonalSpaceSchema: GenMessage<PersonalSpace> = /*@__PURE__*/
+  messageDesc(file_plaza_v1_client, 15);
+
+/**
+ * An expression of this client's avatar: an expression id (application-defined; 0 = neutral)
+ * and an intensity in basis points (0..=10000; larger values are clamped). The server quantizes
+ * the intensity to steps of 100 basis points and carries it to the members who see the avatar
+ * in ExpressionFrame messages at the room's expression rate.
+ *
+ * @generated from message plaza.v1.Expression
+ */
+export type Expression = Message<"plaza.v1.Expression"> & {
+  /**
+   * @generated from field: uint32 expression_id = 1;
+   */
+  expressionId: number;
+
+  /**
+   * @generated from field: uint32 intensity_bp = 2;
+   */
+  intensityBp: number;
+};
+
+/**
+ * Describes the message plaza.v1.Expression.
+ * Use `create(ExpressionSchema)` to create a new message.
+ */
+export const ExpressionSchema: GenMessage<Expression> = /*@__PURE__*/
+  messageDesc(file_plaza_v1_client, 16);
+
+/**
+ * The client's profile: a version (monotonic per wallet; a new version means "fetch my profile
+ * again") and the display name shown to others (at most 64 bytes of UTF-8, control characters
+ * removed). Dedup is version-aware: a higher version supersedes, an equal one is merged (no
+ * news to anyone), a lower one is dropped.
+ *
+ * @generated from message plaza.v1.ProfileAnnouncement
+ */
+export type ProfileAnnouncement = Message<"plaza.v1.ProfileAnnouncement"> & {
+  /**
+   * @generated from field: uint64 version = 1;
+   */
+  version: bigint;
+
+  /**
+   * @generated from field: string display_name = 2;
+   */
+  displayName: string;
+};
+
+/**
+ * Describes the message plaza.v1.ProfileAnnouncement.
+ * Use `create(ProfileAnnouncementSchema)` to create a new message.
+ */
+export const ProfileAnnouncementSchema: GenMessage<ProfileAnnouncement> = /*@__PURE__*/
+  messageDesc(file_plaza_v1_client, 17);
+
+/**
  * @generated from message plaza.v1.SceneAction
  */
 export type SceneAction = Message<"plaza.v1.SceneAction"> & {
@@ -553,7 +723,7 @@ export type SceneAction = Message<"plaza.v1.SceneAction"> & {
  * Use `create(SceneActionSchema)` to create a new message.
  */
 export const SceneActionSchema: GenMessage<SceneAction> = /*@__PURE__*/
-  messageDesc(file_plaza_v1_client, 13);
+  messageDesc(file_plaza_v1_client, 18);
 
 /**
  * Lockstep scene membership and state reports (seed 001).
@@ -591,7 +761,7 @@ export type SceneControl = Message<"plaza.v1.SceneControl"> & {
  * Use `create(SceneControlSchema)` to create a new message.
  */
 export const SceneControlSchema: GenMessage<SceneControl> = /*@__PURE__*/
-  messageDesc(file_plaza_v1_client, 14);
+  messageDesc(file_plaza_v1_client, 19);
 
 /**
  * @generated from message plaza.v1.ServerEnvelope
@@ -662,6 +832,14 @@ export type ServerEnvelope = Message<"plaza.v1.ServerEnvelope"> & {
      */
     value: Left;
     case: "left";
+  } | {
+    /**
+     * Expressions of the avatars this client sees, at the room's expression rate.
+     *
+     * @generated from field: plaza.v1.ExpressionFrame expressions = 18;
+     */
+    value: ExpressionFrame;
+    case: "expressions";
   } | { case: undefined; value?: undefined };
 };
 
@@ -670,7 +848,7 @@ export type ServerEnvelope = Message<"plaza.v1.ServerEnvelope"> & {
  * Use `create(ServerEnvelopeSchema)` to create a new message.
  */
 export const ServerEnvelopeSchema: GenMessage<ServerEnvelope> = /*@__PURE__*/
-  messageDesc(file_plaza_v1_client, 15);
+  messageDesc(file_plaza_v1_client, 20);
 
 /**
  * @generated from message plaza.v1.Negotiated
@@ -711,7 +889,7 @@ export type Negotiated = Message<"plaza.v1.Negotiated"> & {
  * Use `create(NegotiatedSchema)` to create a new message.
  */
 export const NegotiatedSchema: GenMessage<Negotiated> = /*@__PURE__*/
-  messageDesc(file_plaza_v1_client, 16);
+  messageDesc(file_plaza_v1_client, 21);
 
 /**
  * The limits the gateway enforces on this session.
@@ -740,7 +918,7 @@ export type Limits = Message<"plaza.v1.Limits"> & {
  * Use `create(LimitsSchema)` to create a new message.
  */
 export const LimitsSchema: GenMessage<Limits> = /*@__PURE__*/
-  messageDesc(file_plaza_v1_client, 17);
+  messageDesc(file_plaza_v1_client, 22);
 
 /**
  * @generated from message plaza.v1.Joined
@@ -784,6 +962,20 @@ export type Joined = Message<"plaza.v1.Joined"> & {
    * @generated from field: plaza.v1.Vec3 position = 7;
    */
   position?: Vec3 | undefined;
+
+  /**
+   * What the room is: bounds, ground, grids, destinations, the limits it enforces, its rates.
+   *
+   * @generated from field: plaza.v1.RoomDescription room = 8;
+   */
+  room?: RoomDescription | undefined;
+
+  /**
+   * Spawn yaw, degrees.
+   *
+   * @generated from field: float rotation_y = 9;
+   */
+  rotationY: number;
 };
 
 /**
@@ -791,7 +983,245 @@ export type Joined = Message<"plaza.v1.Joined"> & {
  * Use `create(JoinedSchema)` to create a new message.
  */
 export const JoinedSchema: GenMessage<Joined> = /*@__PURE__*/
-  messageDesc(file_plaza_v1_client, 18);
+  messageDesc(file_plaza_v1_client, 23);
+
+/**
+ * The room a client joined (Joined.room), from the room's definition (docs/CONFIG.md `rooms`).
+ *
+ * @generated from message plaza.v1.RoomDescription
+ */
+export type RoomDescription = Message<"plaza.v1.RoomDescription"> & {
+  /**
+   * The room's bounds, metres: a move outside is refused (OUT_OF_BOUNDS).
+   *
+   * @generated from field: plaza.v1.Vec3 bounds_min = 1;
+   */
+  boundsMin?: Vec3 | undefined;
+
+  /**
+   * @generated from field: plaza.v1.Vec3 bounds_max = 2;
+   */
+  boundsMax?: Vec3 | undefined;
+
+  /**
+   * Height of the ground plane, metres.
+   *
+   * @generated from field: float ground_y = 3;
+   */
+  groundY: number;
+
+  /**
+   * The cell grid of MovementCompressed (docs/PROTOCOL.md section 3).
+   *
+   * @generated from field: plaza.v1.CellGrid cell_grid = 4;
+   */
+  cellGrid?: CellGrid | undefined;
+
+  /**
+   * Spawn points and portals.
+   *
+   * @generated from field: repeated plaza.v1.Destination destinations = 5;
+   */
+  destinations: Destination[];
+
+  /**
+   * The movement limits the server enforces.
+   *
+   * @generated from field: plaza.v1.MovementLimits limits = 6;
+   */
+  limits?: MovementLimits | undefined;
+
+  /**
+   * Most members the room admits.
+   *
+   * @generated from field: uint32 max_members = 7;
+   */
+  maxMembers: number;
+
+  /**
+   * This client's frame budget, bytes per second.
+   *
+   * @generated from field: uint32 budget_bytes_per_s = 8;
+   */
+  budgetBytesPerS: number;
+
+  /**
+   * ExpressionFrame messages per second (at most).
+   *
+   * @generated from field: uint32 expression_hz = 9;
+   */
+  expressionHz: number;
+
+  /**
+   * The room definition's name (the geometry file).
+   *
+   * @generated from field: string definition = 10;
+   */
+  definition: string;
+
+  /**
+   * Avatar capsule: half height of the cylinder part and radius, metres.
+   *
+   * @generated from field: float capsule_half_height_m = 11;
+   */
+  capsuleHalfHeightM: number;
+
+  /**
+   * @generated from field: float capsule_radius_m = 12;
+   */
+  capsuleRadiusM: number;
+};
+
+/**
+ * Describes the message plaza.v1.RoomDescription.
+ * Use `create(RoomDescriptionSchema)` to create a new message.
+ */
+export const RoomDescriptionSchema: GenMessage<RoomDescription> = /*@__PURE__*/
+  messageDesc(file_plaza_v1_client, 24);
+
+/**
+ * The compressed-movement grid: cell index = (cx - min_x) + (cz - min_z) * width, where
+ * cx = floor(x / cell_size_m) and cz = floor(z / cell_size_m).
+ *
+ * @generated from message plaza.v1.CellGrid
+ */
+export type CellGrid = Message<"plaza.v1.CellGrid"> & {
+  /**
+   * @generated from field: float cell_size_m = 1;
+   */
+  cellSizeM: number;
+
+  /**
+   * @generated from field: int32 min_x = 2;
+   */
+  minX: number;
+
+  /**
+   * @generated from field: int32 min_z = 3;
+   */
+  minZ: number;
+
+  /**
+   * @generated from field: uint32 width = 4;
+   */
+  width: number;
+
+  /**
+   * @generated from field: uint32 depth = 5;
+   */
+  depth: number;
+};
+
+/**
+ * Describes the message plaza.v1.CellGrid.
+ * Use `create(CellGridSchema)` to create a new message.
+ */
+export const CellGridSchema: GenMessage<CellGrid> = /*@__PURE__*/
+  messageDesc(file_plaza_v1_client, 25);
+
+/**
+ * @generated from message plaza.v1.Destination
+ */
+export type Destination = Message<"plaza.v1.Destination"> & {
+  /**
+   * @generated from field: string name = 1;
+   */
+  name: string;
+
+  /**
+   * @generated from field: plaza.v1.DestinationKind kind = 2;
+   */
+  kind: DestinationKind;
+
+  /**
+   * @generated from field: plaza.v1.Vec3 position = 3;
+   */
+  position?: Vec3 | undefined;
+
+  /**
+   * Yaw on arrival (spawn points), degrees.
+   *
+   * @generated from field: float rotation_y = 4;
+   */
+  rotationY: number;
+
+  /**
+   * Portals: the trigger radius, metres.
+   *
+   * @generated from field: float radius_m = 5;
+   */
+  radiusM: number;
+
+  /**
+   * Portals: the name of the destination it leads to.
+   *
+   * @generated from field: string target = 6;
+   */
+  target: string;
+
+  /**
+   * Whether a client may ask for it by name (TeleportRequest).
+   *
+   * @generated from field: bool requestable = 7;
+   */
+  requestable: boolean;
+};
+
+/**
+ * Describes the message plaza.v1.Destination.
+ * Use `create(DestinationSchema)` to create a new message.
+ */
+export const DestinationSchema: GenMessage<Destination> = /*@__PURE__*/
+  messageDesc(file_plaza_v1_client, 26);
+
+/**
+ * The limits the room's movement validation enforces (docs/PROTOCOL.md section 5).
+ *
+ * @generated from message plaza.v1.MovementLimits
+ */
+export type MovementLimits = Message<"plaza.v1.MovementLimits"> & {
+  /**
+   * Horizontal speed limit, m/s (with `speed_tolerance` on top).
+   *
+   * @generated from field: float max_speed_mps = 1;
+   */
+  maxSpeedMps: number;
+
+  /**
+   * A step longer than this (metres) without a server teleport is refused (TELEPORT).
+   *
+   * @generated from field: float teleport_distance_m = 2;
+   */
+  teleportDistanceM: number;
+
+  /**
+   * Seconds the client's clock may run ahead of the server's before CLOCK refusals.
+   *
+   * @generated from field: float clock_tolerance_s = 3;
+   */
+  clockToleranceS: number;
+
+  /**
+   * Relative tolerance on the speed limit (0.1 = 10 %).
+   *
+   * @generated from field: float speed_tolerance = 4;
+   */
+  speedTolerance: number;
+
+  /**
+   * Vertical speed limit, m/s.
+   *
+   * @generated from field: float max_vertical_speed_mps = 5;
+   */
+  maxVerticalSpeedMps: number;
+};
+
+/**
+ * Describes the message plaza.v1.MovementLimits.
+ * Use `create(MovementLimitsSchema)` to create a new message.
+ */
+export const MovementLimitsSchema: GenMessage<MovementLimits> = /*@__PURE__*/
+  messageDesc(file_plaza_v1_client, 27);
 
 /**
  * @generated from message plaza.v1.Left
@@ -808,7 +1238,7 @@ export type Left = Message<"plaza.v1.Left"> & {
  * Use `create(LeftSchema)` to create a new message.
  */
 export const LeftSchema: GenMessage<Left> = /*@__PURE__*/
-  messageDesc(file_plaza_v1_client, 19);
+  messageDesc(file_plaza_v1_client, 28);
 
 /**
  * A delta-snapshot frame (docs/PROTOCOL.md, "Snapshot frame").
@@ -827,7 +1257,7 @@ export type SnapshotFrame = Message<"plaza.v1.SnapshotFrame"> & {
  * Use `create(SnapshotFrameSchema)` to create a new message.
  */
 export const SnapshotFrameSchema: GenMessage<SnapshotFrame> = /*@__PURE__*/
-  messageDesc(file_plaza_v1_client, 20);
+  messageDesc(file_plaza_v1_client, 29);
 
 /**
  * @generated from message plaza.v1.Error
@@ -870,7 +1300,7 @@ export type Error = Message<"plaza.v1.Error"> & {
  * Use `create(ErrorSchema)` to create a new message.
  */
 export const ErrorSchema: GenMessage<Error> = /*@__PURE__*/
-  messageDesc(file_plaza_v1_client, 21);
+  messageDesc(file_plaza_v1_client, 30);
 
 /**
  * @generated from message plaza.v1.Pong
@@ -892,7 +1322,7 @@ export type Pong = Message<"plaza.v1.Pong"> & {
  * Use `create(PongSchema)` to create a new message.
  */
 export const PongSchema: GenMessage<Pong> = /*@__PURE__*/
-  messageDesc(file_plaza_v1_client, 22);
+  messageDesc(file_plaza_v1_client, 31);
 
 /**
  * The server rejected an input: here is the authoritative pose.
@@ -933,7 +1363,7 @@ export type Correction = Message<"plaza.v1.Correction"> & {
  * Use `create(CorrectionSchema)` to create a new message.
  */
 export const CorrectionSchema: GenMessage<Correction> = /*@__PURE__*/
-  messageDesc(file_plaza_v1_client, 23);
+  messageDesc(file_plaza_v1_client, 32);
 
 /**
  * A discrete room event (interactions, consent, emotes, scene actions).
@@ -991,6 +1421,30 @@ export type Event = Message<"plaza.v1.Event"> & {
      */
     value: SceneClientEvent;
     case: "sceneClient";
+  } | {
+    /**
+     * Who the avatars this client sees are.
+     *
+     * @generated from field: plaza.v1.RosterUpdate roster = 17;
+     */
+    value: RosterUpdate;
+    case: "roster";
+  } | {
+    /**
+     * An avatar was moved by the server (portal, request, operator): snap, do not blend.
+     *
+     * @generated from field: plaza.v1.Teleported teleported = 18;
+     */
+    value: Teleported;
+    case: "teleported";
+  } | {
+    /**
+     * To the blocker: a block or unblock took effect.
+     *
+     * @generated from field: plaza.v1.BlockEvent block = 19;
+     */
+    value: BlockEvent;
+    case: "block";
   } | { case: undefined; value?: undefined };
 };
 
@@ -999,7 +1453,231 @@ export type Event = Message<"plaza.v1.Event"> & {
  * Use `create(EventSchema)` to create a new message.
  */
 export const EventSchema: GenMessage<Event> = /*@__PURE__*/
-  messageDesc(file_plaza_v1_client, 24);
+  messageDesc(file_plaza_v1_client, 33);
+
+/**
+ * Who one avatar is.
+ *
+ * @generated from message plaza.v1.RosterEntry
+ */
+export type RosterEntry = Message<"plaza.v1.RosterEntry"> & {
+  /**
+   * @generated from field: uint32 entity_id = 1;
+   */
+  entityId: number;
+
+  /**
+   * The member's identity (wallet address or guest id).
+   *
+   * @generated from field: string wallet = 2;
+   */
+  wallet: string;
+
+  /**
+   * The display name the member announced (ProfileAnnouncement); empty until it does.
+   *
+   * @generated from field: string display_name = 3;
+   */
+  displayName: string;
+
+  /**
+   * The member's profile version (0 until it announces one).
+   *
+   * @generated from field: uint64 profile_version = 4;
+   */
+  profileVersion: bigint;
+};
+
+/**
+ * Describes the message plaza.v1.RosterEntry.
+ * Use `create(RosterEntrySchema)` to create a new message.
+ */
+export const RosterEntrySchema: GenMessage<RosterEntry> = /*@__PURE__*/
+  messageDesc(file_plaza_v1_client, 34);
+
+/**
+ * The roster: for every avatar in this client's frames, who it is. A message with `full` set
+ * replaces everything the client held (the room sends one with every keyframe, before the
+ * keyframe); later messages add or update entries (`upserts`) and drop entries (`removed`, entity
+ * ids) as avatars enter and leave the client's view or change their profile. A long roster is
+ * split: the first part has `full` set, the rest follow in later broadcasts with `full` unset.
+ * Entries are never repeated per frame: an entry travels when the avatar enters the view and
+ * when its profile version or name changes.
+ *
+ * @generated from message plaza.v1.RosterUpdate
+ */
+export type RosterUpdate = Message<"plaza.v1.RosterUpdate"> & {
+  /**
+   * @generated from field: bool full = 1;
+   */
+  full: boolean;
+
+  /**
+   * @generated from field: repeated plaza.v1.RosterEntry upserts = 2;
+   */
+  upserts: RosterEntry[];
+
+  /**
+   * @generated from field: repeated uint32 removed = 3;
+   */
+  removed: number[];
+};
+
+/**
+ * Describes the message plaza.v1.RosterUpdate.
+ * Use `create(RosterUpdateSchema)` to create a new message.
+ */
+export const RosterUpdateSchema: GenMessage<RosterUpdate> = /*@__PURE__*/
+  messageDesc(file_plaza_v1_client, 35);
+
+/**
+ * The server moved an avatar. The avatar's next frame record carries the instant bit (every
+ * receiver snaps); the mover adopts `position` and `rotation_y` and continues from there: its
+ * next Movement is validated from the new place (no TELEPORT refusal).
+ *
+ * @generated from message plaza.v1.Teleported
+ */
+export type Teleported = Message<"plaza.v1.Teleported"> & {
+  /**
+   * @generated from field: uint32 entity_id = 1;
+   */
+  entityId: number;
+
+  /**
+   * @generated from field: plaza.v1.Vec3 position = 2;
+   */
+  position?: Vec3 | undefined;
+
+  /**
+   * @generated from field: float rotation_y = 3;
+   */
+  rotationY: number;
+
+  /**
+   * The destination's name.
+   *
+   * @generated from field: string destination = 4;
+   */
+  destination: string;
+
+  /**
+   * @generated from field: plaza.v1.TeleportCause cause = 5;
+   */
+  cause: TeleportCause;
+
+  /**
+   * For the mover: the last input sequence applied before the teleport.
+   *
+   * @generated from field: uint32 last_input_sequence = 6;
+   */
+  lastInputSequence: number;
+};
+
+/**
+ * Describes the message plaza.v1.Teleported.
+ * Use `create(TeleportedSchema)` to create a new message.
+ */
+export const TeleportedSchema: GenMessage<Teleported> = /*@__PURE__*/
+  messageDesc(file_plaza_v1_client, 36);
+
+/**
+ * A block or unblock took effect (to the member who asked).
+ *
+ * @generated from message plaza.v1.BlockEvent
+ */
+export type BlockEvent = Message<"plaza.v1.BlockEvent"> & {
+  /**
+   * @generated from field: string target_wallet = 1;
+   */
+  targetWallet: string;
+
+  /**
+   * The target's entity when the block was made (0 if not in the room).
+   *
+   * @generated from field: uint32 target_entity = 2;
+   */
+  targetEntity: number;
+
+  /**
+   * @generated from field: bool blocked = 3;
+   */
+  blocked: boolean;
+};
+
+/**
+ * Describes the message plaza.v1.BlockEvent.
+ * Use `create(BlockEventSchema)` to create a new message.
+ */
+export const BlockEventSchema: GenMessage<BlockEvent> = /*@__PURE__*/
+  messageDesc(file_plaza_v1_client, 37);
+
+/**
+ * One avatar's expression as this client holds it.
+ *
+ * @generated from message plaza.v1.ExpressionState
+ */
+export type ExpressionState = Message<"plaza.v1.ExpressionState"> & {
+  /**
+   * @generated from field: uint32 entity_id = 1;
+   */
+  entityId: number;
+
+  /**
+   * @generated from field: uint32 expression_id = 2;
+   */
+  expressionId: number;
+
+  /**
+   * Basis points, a multiple of 100 (0..=10000).
+   *
+   * @generated from field: uint32 intensity_bp = 3;
+   */
+  intensityBp: number;
+};
+
+/**
+ * Describes the message plaza.v1.ExpressionState.
+ * Use `create(ExpressionStateSchema)` to create a new message.
+ */
+export const ExpressionStateSchema: GenMessage<ExpressionState> = /*@__PURE__*/
+  messageDesc(file_plaza_v1_client, 38);
+
+/**
+ * The expression channel (seed 004): at most `RoomDescription.expression_hz` messages per second,
+ * each carrying only the expressions that changed since the last one this client received (a
+ * delta against what it holds). With `full` set it replaces everything held (sent after each
+ * keyframe). An entity that leaves the client's frames leaves its expression too; an entity
+ * whose expression returns to neutral is sent with expression_id 0 and intensity 0. Expressions
+ * have their own share of the client's budget: when a message would exceed it, the rest waits
+ * for the next one (nothing is lost, only later).
+ *
+ * @generated from message plaza.v1.ExpressionFrame
+ */
+export type ExpressionFrame = Message<"plaza.v1.ExpressionFrame"> & {
+  /**
+   * The room tick the expressions were sampled at.
+   *
+   * @generated from field: uint64 tick = 1;
+   */
+  tick: bigint;
+
+  /**
+   * @generated from field: bool full = 2;
+   */
+  full: boolean;
+
+  /**
+   * @generated from field: repeated plaza.v1.ExpressionState states = 3;
+   */
+  states: ExpressionState[];
+};
+
+/**
+ * Describes the message plaza.v1.ExpressionFrame.
+ * Use `create(ExpressionFrameSchema)` to create a new message.
+ */
+export const ExpressionFrameSchema: GenMessage<ExpressionFrame> = /*@__PURE__*/
+  messageDesc(file_plaza_v1_client, 39);
 
 /**
  * @generated from message plaza.v1.PropEvent
@@ -1038,7 +1716,7 @@ export type PropEvent = Message<"plaza.v1.PropEvent"> & {
  * Use `create(PropEventSchema)` to create a new message.
  */
 export const PropEventSchema: GenMessage<PropEvent> = /*@__PURE__*/
-  messageDesc(file_plaza_v1_client, 25);
+  messageDesc(file_plaza_v1_client, 40);
 
 /**
  * @generated from message plaza.v1.ConsentEvent
@@ -1075,7 +1753,7 @@ export type ConsentEvent = Message<"plaza.v1.ConsentEvent"> & {
  * Use `create(ConsentEventSchema)` to create a new message.
  */
 export const ConsentEventSchema: GenMessage<ConsentEvent> = /*@__PURE__*/
-  messageDesc(file_plaza_v1_client, 26);
+  messageDesc(file_plaza_v1_client, 41);
 
 /**
  * @generated from message plaza.v1.EmoteEvent
@@ -1100,6 +1778,19 @@ export type EmoteEvent = Message<"plaza.v1.EmoteEvent"> & {
    * @generated from field: uint64 timestamp_ms = 4;
    */
   timestampMs: bigint;
+
+  /**
+   * Set when the emote was already playing before this client saw the avatar (a viewer coming
+   * into range): start it `elapsed_ms` into its animation.
+   *
+   * @generated from field: bool in_progress = 5;
+   */
+  inProgress: boolean;
+
+  /**
+   * @generated from field: uint64 elapsed_ms = 6;
+   */
+  elapsedMs: bigint;
 };
 
 /**
@@ -1107,7 +1798,7 @@ export type EmoteEvent = Message<"plaza.v1.EmoteEvent"> & {
  * Use `create(EmoteEventSchema)` to create a new message.
  */
 export const EmoteEventSchema: GenMessage<EmoteEvent> = /*@__PURE__*/
-  messageDesc(file_plaza_v1_client, 27);
+  messageDesc(file_plaza_v1_client, 42);
 
 /**
  * @generated from message plaza.v1.SceneTick
@@ -1134,7 +1825,7 @@ export type SceneTick = Message<"plaza.v1.SceneTick"> & {
  * Use `create(SceneTickSchema)` to create a new message.
  */
 export const SceneTickSchema: GenMessage<SceneTick> = /*@__PURE__*/
-  messageDesc(file_plaza_v1_client, 28);
+  messageDesc(file_plaza_v1_client, 43);
 
 /**
  * @generated from message plaza.v1.SceneActionEntry
@@ -1156,7 +1847,7 @@ export type SceneActionEntry = Message<"plaza.v1.SceneActionEntry"> & {
  * Use `create(SceneActionEntrySchema)` to create a new message.
  */
 export const SceneActionEntrySchema: GenMessage<SceneActionEntry> = /*@__PURE__*/
-  messageDesc(file_plaza_v1_client, 29);
+  messageDesc(file_plaza_v1_client, 44);
 
 /**
  * @generated from message plaza.v1.SceneSync
@@ -1181,6 +1872,20 @@ export type SceneSync = Message<"plaza.v1.SceneSync"> & {
    * @generated from field: string client_state = 4;
    */
   clientState: string;
+
+  /**
+   * The scene's clients (entity ids, in join order) and their states, as of `tick`.
+   *
+   * @generated from field: repeated plaza.v1.SceneMember members = 5;
+   */
+  members: SceneMember[];
+
+  /**
+   * The master's entity id.
+   *
+   * @generated from field: uint32 master_entity = 6;
+   */
+  masterEntity: number;
 };
 
 /**
@@ -1188,7 +1893,29 @@ export type SceneSync = Message<"plaza.v1.SceneSync"> & {
  * Use `create(SceneSyncSchema)` to create a new message.
  */
 export const SceneSyncSchema: GenMessage<SceneSync> = /*@__PURE__*/
-  messageDesc(file_plaza_v1_client, 30);
+  messageDesc(file_plaza_v1_client, 45);
+
+/**
+ * @generated from message plaza.v1.SceneMember
+ */
+export type SceneMember = Message<"plaza.v1.SceneMember"> & {
+  /**
+   * @generated from field: uint32 entity_id = 1;
+   */
+  entityId: number;
+
+  /**
+   * @generated from field: string client_state = 2;
+   */
+  clientState: string;
+};
+
+/**
+ * Describes the message plaza.v1.SceneMember.
+ * Use `create(SceneMemberSchema)` to create a new message.
+ */
+export const SceneMemberSchema: GenMessage<SceneMember> = /*@__PURE__*/
+  messageDesc(file_plaza_v1_client, 46);
 
 /**
  * @generated from message plaza.v1.RequestRejected
@@ -1210,7 +1937,7 @@ export type RequestRejected = Message<"plaza.v1.RequestRejected"> & {
  * Use `create(RequestRejectedSchema)` to create a new message.
  */
 export const RequestRejectedSchema: GenMessage<RequestRejected> = /*@__PURE__*/
-  messageDesc(file_plaza_v1_client, 31);
+  messageDesc(file_plaza_v1_client, 47);
 
 /**
  * A lockstep scene membership event (seed 001's OnClientJoined, OnClientBeginCatchUp,
@@ -1257,7 +1984,7 @@ export type SceneClientEvent = Message<"plaza.v1.SceneClientEvent"> & {
  * Use `create(SceneClientEventSchema)` to create a new message.
  */
 export const SceneClientEventSchema: GenMessage<SceneClientEvent> = /*@__PURE__*/
-  messageDesc(file_plaza_v1_client, 32);
+  messageDesc(file_plaza_v1_client, 48);
 
 /**
  * @generated from enum plaza.v1.MovementKind
@@ -1461,6 +2188,32 @@ export const ConsentOpSchema: GenEnum<ConsentOp> = /*@__PURE__*/
   enumDesc(file_plaza_v1_client, 4);
 
 /**
+ * @generated from enum plaza.v1.BlockOp
+ */
+export enum BlockOp {
+  /**
+   * @generated from enum value: BLOCK_OP_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * @generated from enum value: BLOCK_OP_BLOCK = 1;
+   */
+  BLOCK = 1,
+
+  /**
+   * @generated from enum value: BLOCK_OP_UNBLOCK = 2;
+   */
+  UNBLOCK = 2,
+}
+
+/**
+ * Describes the enum plaza.v1.BlockOp.
+ */
+export const BlockOpSchema: GenEnum<BlockOp> = /*@__PURE__*/
+  enumDesc(file_plaza_v1_client, 5);
+
+/**
  * @generated from enum plaza.v1.SceneControlOp
  */
 export enum SceneControlOp {
@@ -1500,7 +2253,7 @@ export enum SceneControlOp {
  * Describes the enum plaza.v1.SceneControlOp.
  */
 export const SceneControlOpSchema: GenEnum<SceneControlOp> = /*@__PURE__*/
-  enumDesc(file_plaza_v1_client, 5);
+  enumDesc(file_plaza_v1_client, 6);
 
 /**
  * @generated from enum plaza.v1.CapacityTier
@@ -1521,7 +2274,38 @@ export enum CapacityTier {
  * Describes the enum plaza.v1.CapacityTier.
  */
 export const CapacityTierSchema: GenEnum<CapacityTier> = /*@__PURE__*/
-  enumDesc(file_plaza_v1_client, 6);
+  enumDesc(file_plaza_v1_client, 7);
+
+/**
+ * @generated from enum plaza.v1.DestinationKind
+ */
+export enum DestinationKind {
+  /**
+   * @generated from enum value: DESTINATION_KIND_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * A spawn point: where joiners appear (the first one is the default).
+   *
+   * @generated from enum value: DESTINATION_KIND_SPAWN = 1;
+   */
+  SPAWN = 1,
+
+  /**
+   * A portal: an avatar that comes within `radius_m` of `position` is teleported to the
+   * destination named `target`.
+   *
+   * @generated from enum value: DESTINATION_KIND_PORTAL = 2;
+   */
+  PORTAL = 2,
+}
+
+/**
+ * Describes the enum plaza.v1.DestinationKind.
+ */
+export const DestinationKindSchema: GenEnum<DestinationKind> = /*@__PURE__*/
+  enumDesc(file_plaza_v1_client, 8);
 
 /**
  * @generated from enum plaza.v1.ErrorCode
@@ -1612,7 +2396,7 @@ export enum ErrorCode {
  * Describes the enum plaza.v1.ErrorCode.
  */
 export const ErrorCodeSchema: GenEnum<ErrorCode> = /*@__PURE__*/
-  enumDesc(file_plaza_v1_client, 7);
+  enumDesc(file_plaza_v1_client, 9);
 
 /**
  * @generated from enum plaza.v1.RejectReason
@@ -1677,7 +2461,44 @@ export enum RejectReason {
  * Describes the enum plaza.v1.RejectReason.
  */
 export const RejectReasonSchema: GenEnum<RejectReason> = /*@__PURE__*/
-  enumDesc(file_plaza_v1_client, 8);
+  enumDesc(file_plaza_v1_client, 10);
+
+/**
+ * @generated from enum plaza.v1.TeleportCause
+ */
+export enum TeleportCause {
+  /**
+   * @generated from enum value: TELEPORT_CAUSE_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * The member asked (TeleportRequest).
+   *
+   * @generated from enum value: TELEPORT_CAUSE_REQUEST = 1;
+   */
+  REQUEST = 1,
+
+  /**
+   * The avatar walked into a portal.
+   *
+   * @generated from enum value: TELEPORT_CAUSE_PORTAL = 2;
+   */
+  PORTAL = 2,
+
+  /**
+   * An operator moved it.
+   *
+   * @generated from enum value: TELEPORT_CAUSE_OPERATOR = 3;
+   */
+  OPERATOR = 3,
+}
+
+/**
+ * Describes the enum plaza.v1.TeleportCause.
+ */
+export const TeleportCauseSchema: GenEnum<TeleportCause> = /*@__PURE__*/
+  enumDesc(file_plaza_v1_client, 11);
 
 /**
  * @generated from enum plaza.v1.SceneClientEventKind
@@ -1719,11 +2540,26 @@ export enum SceneClientEventKind {
    * @generated from enum value: SCENE_CLIENT_EVENT_KIND_STATE_REQUESTED = 6;
    */
   STATE_REQUESTED = 6,
+
+  /**
+   * To a late joiner: the master did not answer the state request in time; the room asks again
+   * (the joiner keeps waiting, it is not forgotten).
+   *
+   * @generated from enum value: SCENE_CLIENT_EVENT_KIND_SYNC_RETRY = 7;
+   */
+  SYNC_RETRY = 7,
+
+  /**
+   * To the only client of a scene: its actions apply at once (single-player fast path).
+   *
+   * @generated from enum value: SCENE_CLIENT_EVENT_KIND_ALONE = 8;
+   */
+  ALONE = 8,
 }
 
 /**
  * Describes the enum plaza.v1.SceneClientEventKind.
  */
 export const SceneClientEventKindSchema: GenEnum<SceneClientEventKind> = /*@__PURE__*/
-  enumDesc(file_plaza_v1_client, 9);
+  enumDesc(file_plaza_v1_client, 12);
 
