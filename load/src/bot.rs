@@ -184,6 +184,8 @@ pub(crate) struct Bot {
     interact: Interact,
     /// Flips to true when the run is stopped early (Ctrl-C).
     stop: watch::Receiver<bool>,
+    /// The gateway going away asked for a reconnect after this delay (a roll's spread).
+    reconnect_after: Option<Duration>,
 }
 
 impl Bot {
@@ -226,6 +228,7 @@ impl Bot {
             frame_no,
             interact: Interact::default(),
             stop,
+            reconnect_after: None,
         }
     }
 
@@ -306,7 +309,9 @@ impl Bot {
                 }
             }
             let jitter = self.rng.random_range(0..=backoff.as_millis() as u64 / 2);
-            let wake = Instant::now() + backoff + Duration::from_millis(jitter);
+            // A gateway that went away said when to come back (spread over its roll window).
+            let hint = self.reconnect_after.take().unwrap_or_default();
+            let wake = Instant::now() + hint.max(backoff) + Duration::from_millis(jitter);
             if wake >= deadline {
                 break;
             }
@@ -598,6 +603,13 @@ impl Bot {
             }
             SBody::Joined(j) => self.on_joined(j, now),
             SBody::Left(_) => self.enter_away(now),
+            SBody::RoomStatus(st) => {
+                // Moving / back need nothing while the session stays open; a gateway going away
+                // says when to reconnect.
+                if st.kind == pb::RoomStatusKind::Reconnect as i32 {
+                    self.reconnect_after = Some(Duration::from_millis(st.reconnect_after_ms.into()));
+                }
+            }
             SBody::Negotiated(_) => {}
             SBody::Expressions(_) => {}
         }
