@@ -12,16 +12,20 @@
 //! * [`router`]: the router actor that owns session → node routes and node channels.
 //! * [`limits`], [`queue`]: the per-session limits and the bounded outbound queue.
 //! * [`auth`]: the authentication seam; [`resume`]: resume tokens.
-//! * [`close`]: close codes; [`metrics`]: Prometheus metrics.
+//! * [`session_core`]: the sans-I/O decisions of one session, which [`session`] executes.
+//! * [`close`]: close codes; [`refusal`]: every refusal with its error and close codes;
+//!   [`metrics`]: Prometheus metrics.
 
 pub mod auth;
 pub mod close;
 pub mod limits;
 pub mod metrics;
 pub mod queue;
+pub mod refusal;
 pub mod resume;
 pub mod router;
 pub mod session;
+pub mod session_core;
 mod trace;
 mod viewer;
 

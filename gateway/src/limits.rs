@@ -25,6 +25,12 @@ pub struct Limits {
     pub slow_window: Duration,
     /// How long the gateway keeps trying to re-attach a session whose room stream broke.
     pub resume_deadline: Duration,
+    /// How long a room stream may stay silent before the session re-attaches (a room sends
+    /// every member a frame per broadcast period, so silence means a stalled node).
+    pub node_silence: Duration,
+    /// On shutdown (a gateway roll), clients are told to reconnect after a delay drawn
+    /// uniformly from `0..reconnect_window`, so their reconnects spread over it.
+    pub reconnect_window: Duration,
 }
 
 impl Default for Limits {
@@ -39,6 +45,8 @@ impl Default for Limits {
             slow_strikes: 3,
             slow_window: Duration::from_secs(10),
             resume_deadline: Duration::from_secs(30),
+            node_silence: Duration::from_secs(3),
+            reconnect_window: Duration::from_secs(10),
         }
     }
 }

@@ -40,21 +40,26 @@ pub struct GatewayMetrics {
 }
 
 /// Outcomes of resume events, pre-created so dashboards see zero series.
-pub const RESUME_OUTCOMES: [&str; 5] = [
+pub const RESUME_OUTCOMES: [&str; 7] = [
     "resumed",
     "reconnect",
     "node_stream",
+    "draining",
+    "stalled",
     "failed",
     "unknown_token",
 ];
 
 /// Reasons client messages are dropped, pre-created.
-pub const DROP_REASONS: [&str; 5] = [
+pub const DROP_REASONS: [&str; 7] = [
     "rate_limited",
     "not_joined",
     "replayed_sequence",
     "node_backlog",
     "too_large",
+    "bad_frame",
+    // Inputs that arrived while the session's room was moving (all but the latest movement).
+    "room_moving",
 ];
 
 impl Default for GatewayMetrics {

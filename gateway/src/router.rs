@@ -94,6 +94,10 @@ pub enum PinError {
     /// The router is gone.
     #[error("router unavailable")]
     Unavailable,
+    /// The room's lease is live on the node the pin was asked to avoid (a stalled node): the
+    /// room cannot move yet.
+    #[error("the room's lease is live on the avoided node")]
+    OwnerStalled,
 }
 
 /// Router messages.
@@ -105,6 +109,9 @@ pub enum RouterMsg {
         session: u64,
         /// The room.
         room: String,
+        /// A node not to pin to while the room's lease on it is live (a stalled node), and
+        /// not to place the room on.
+        avoid: Option<String>,
         /// Answer.
         reply: RpcReplyPort<Result<Route, PinError>>,
     },
@@ -182,12 +189,13 @@ impl Actor for RouterActor {
             RouterMsg::Pin {
                 session,
                 room,
+                avoid,
                 reply,
             } => {
                 if reply.is_closed() {
                     return Ok(());
                 }
-                let res = state.pin(session, &room).await;
+                let res = state.pin(session, &room, avoid.as_deref()).await;
                 let _ = reply.send(res);
             }
             RouterMsg::Unpin { session } => {
@@ -207,8 +215,17 @@ impl Actor for RouterActor {
 }
 
 impl RouterState {
-    async fn pin(&mut self, session: u64, room: &str) -> Result<Route, PinError> {
-        let node_id = match self.placements.get(room) {
+    async fn pin(
+        &mut self,
+        session: u64,
+        room: &str,
+        avoid: Option<&str>,
+    ) -> Result<Route, PinError> {
+        let cached = self
+            .placements
+            .get(room)
+            .filter(|n| avoid != Some(n.as_str()));
+        let node_id = match cached {
             Some(n) if self.nodes.contains_key(n) => n.clone(),
             _ => {
                 let d = &self.directory;
@@ -217,6 +234,10 @@ impl RouterState {
                     .await
                     .map_err(|e| PinError::Directory(e.to_string()))?
                 {
+                    // Only the lease holder may run the room: a stalled holder is waited out.
+                    Some(p) if avoid == Some(p.node.as_str()) => {
+                        return Err(PinError::OwnerStalled);
+                    }
                     Some(p) => {
                         let nodes = d
                             .live_nodes()
@@ -227,7 +248,7 @@ impl RouterState {
                             None => d.place(room).await.map_err(|_| PinError::NoNode)?,
                         }
                     }
-                    None => self.place_unsuspected(room).await?,
+                    None => self.place_unsuspected(room, avoid).await?,
                 };
                 if self.nodes.get(&node.id).is_none_or(|r| r.addr != node.addr) {
                     let route = match &self.local {
@@ -253,17 +274,21 @@ impl RouterState {
 impl RouterState {
     /// A node for an unplaced room: the rendezvous pick among live, non-draining nodes that
     /// are not suspected, else the directory's own pick.
-    async fn place_unsuspected(&mut self, room: &str) -> Result<NodeInfo, PinError> {
+    async fn place_unsuspected(
+        &mut self,
+        room: &str,
+        avoid: Option<&str>,
+    ) -> Result<NodeInfo, PinError> {
         let now = Instant::now();
         self.suspects.retain(|_, until| *until > now);
         let d = &self.directory;
-        if !self.suspects.is_empty() {
+        if !self.suspects.is_empty() || avoid.is_some() {
             let nodes: Vec<NodeInfo> = d
                 .live_nodes()
                 .await
                 .map_err(|e| PinError::Directory(e.to_string()))?
                 .into_iter()
-                .filter(|n| !self.suspects.contains_key(&n.id))
+                .filter(|n| !self.suspects.contains_key(&n.id) && avoid != Some(n.id.as_str()))
                 .collect();
             // `live_nodes` already dropped lapsed heartbeats; 0 keeps every one of them.
             if let Some(n) = rendezvous_pick(room, &nodes, 0) {
@@ -284,8 +309,11 @@ fn connect(node_id: &str, addr: &str) -> Result<Route, PinError> {
     let channel = ep
         .tcp_nodelay(true)
         .connect_timeout(Duration::from_secs(3))
-        .http2_keep_alive_interval(Duration::from_secs(10))
-        .keep_alive_timeout(Duration::from_secs(20))
+        // A node that stops answering HTTP/2 pings (paused, partitioned) breaks its streams
+        // within 2 + 4 s; session streams notice silence sooner (`Limits::node_silence`, 3 s).
+        .http2_keep_alive_interval(Duration::from_secs(2))
+        .keep_alive_timeout(Duration::from_secs(4))
+        .keep_alive_while_idle(true)
         .initial_stream_window_size(256 * 1024)
         .initial_connection_window_size(16 * 1024 * 1024)
         .connect_lazy();
@@ -320,15 +348,23 @@ impl Router {
         Ok(Self { actor })
     }
 
-    /// Pins `session` to the node of `room`.
-    pub async fn pin(&self, session: u64, room: &str) -> Result<Route, PinError> {
+    /// Pins `session` to the node of `room`; with `avoid`, never to that node while the room's
+    /// lease on it is live ([`PinError::OwnerStalled`]), and a new placement skips it.
+    pub async fn pin(
+        &self,
+        session: u64,
+        room: &str,
+        avoid: Option<&str>,
+    ) -> Result<Route, PinError> {
         let room = room.to_owned();
+        let avoid = avoid.map(str::to_owned);
         match self
             .actor
             .call(
                 |reply| RouterMsg::Pin {
                     session,
                     room,
+                    avoid,
                     reply,
                 },
                 Some(Duration::from_secs(10)),

@@ -1,9 +1,14 @@
-//! One client connection: handshake, limits, pinning to the room node, forwarding both ways,
-//! resume after the room's stream broke, and a typed close for every way it can end.
+//! One client connection: the I/O shell around its [`SessionCore`].
 //!
-//! A session is two tasks: this one reads the client and the node stream; a writer task owns
+//! The core decides (handshake, limits, what to forward, when to re-attach, every refusal); this
+//! shell owns the socket, the node link, the attach in flight with its retries, and executes the
+//! core's effects. A session is two tasks: this one reads the client, the node stream, the
+//! attach in flight and the core's timer in one `select!` — so a session whose room is moving
+//! keeps reading its client, answering pings and applying its limits — and a writer task owns
 //! the socket's sink and drains the session's bounded [`OutQueue`].
 
+use std::collections::VecDeque;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -12,9 +17,7 @@ use bytes::Bytes;
 use futures_util::stream::{SplitSink, SplitStream};
 use futures_util::{SinkExt as _, StreamExt as _};
 use plaza_node_proto::{self as node, NodeInbound, NodeOutbound, node_inbound, node_outbound};
-use plaza_proto::pb::{self, client_envelope, server_envelope};
-use plaza_proto::room_id::valid_room_id;
-use plaza_proto::version;
+use plaza_proto::pb::{self, server_envelope};
 use prost::Message as _;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
@@ -23,13 +26,22 @@ use tracing::Instrument as _;
 
 use crate::Shared;
 use crate::close::CloseCode;
-use crate::limits::{TokenBucket, Verdict};
 use crate::queue::{OutItem, OutQueue, Pushed};
+use crate::refusal::Refusal;
 use crate::resume::ResumeEntry;
-use crate::router::Transport;
+use crate::router::{PinError, Transport};
+use crate::session_core::{
+    AttachCause, AttachResult, DetachReason, Effect, Identity, NodeEvent, RoomStatus, SessionCore,
+};
 
 /// How long a node may take to open an attach stream and acknowledge it.
 const ATTACH_ACK_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How long a join keeps retrying while its room is being placed.
+const JOIN_DEADLINE: Duration = Duration::from_secs(10);
+
+/// How often a stall re-attach asks again whether the stalled node's lease lapsed.
+const STALL_RETRY: Duration = Duration::from_millis(250);
 
 /// Runs one connection to its end.
 pub(crate) async fn run(socket: WebSocket, shared: Arc<Shared>) {
@@ -37,9 +49,12 @@ pub(crate) async fn run(socket: WebSocket, shared: Arc<Shared>) {
     let queue = Arc::new(OutQueue::new(shared.limits.outbound_queue));
     let writer = tokio::spawn(writer(sink, queue.clone(), shared.clone()));
     shared.metrics.sessions.inc();
-    let mut s = Session::new(shared.clone(), queue.clone());
+    let mut s = Session::new(shared.clone(), queue.clone(), Instant::now());
     let span = tracing::info_span!("session", session_id = tracing::field::Empty);
     let code = s.run(&mut stream).instrument(span.clone()).await;
+    if !matches!(code, CloseCode::Normal | CloseCode::GoingAway) {
+        span.in_scope(|| tracing::info!(code = code.name(), "session closed"));
+    }
     s.finish(code).instrument(span).await;
     shared.metrics.sessions.dec();
     shared.metrics.close(code);
@@ -80,10 +95,8 @@ async fn writer(mut sink: SplitSink<WebSocket, Message>, q: Arc<OutQueue>, share
 
 /// The session's link to its room node.
 struct NodeLink {
-    room: String,
     tx: mpsc::Sender<NodeInbound>,
     stream: Downlink,
-    entity: u32,
 }
 
 /// What the node sends the session: the gRPC response stream, or the channel of a node in
@@ -102,45 +115,26 @@ impl Downlink {
     }
 }
 
-enum Step {
-    Continue,
-    Close(CloseCode),
-}
+/// An attach in flight, with its retries: the link, or the final answer without one.
+type AttachFuture = Pin<Box<dyn Future<Output = (AttachResult, Option<NodeLink>)> + Send>>;
 
 struct Session {
     shared: Arc<Shared>,
     queue: Arc<OutQueue>,
-    session_id: u64,
-    wallet: String,
-    resume_token: String,
-    last_client_seq: Option<u32>,
-    movement: TokenBucket,
-    events: TokenBucket,
-    node: Option<NodeLink>,
-    /// The client asked to leave; the end of the node stream is expected.
-    leaving: bool,
-    /// Overflow instants within the slow-consumer window.
-    overflows: Vec<Instant>,
+    core: SessionCore,
+    link: Option<NodeLink>,
+    attach: Option<AttachFuture>,
 }
 
 impl Session {
-    fn new(shared: Arc<Shared>, queue: Arc<OutQueue>) -> Self {
-        let now = Instant::now();
-        let l = &shared.limits;
-        let movement = TokenBucket::new(l.movement_hz, l.movement_hz, now);
-        let events = TokenBucket::new(l.events_per_s, l.events_burst, now);
+    fn new(shared: Arc<Shared>, queue: Arc<OutQueue>, now: Instant) -> Self {
+        let core = SessionCore::new(shared.limits.clone(), now);
         Self {
             shared,
             queue,
-            session_id: 0,
-            wallet: String::new(),
-            resume_token: String::new(),
-            last_client_seq: None,
-            movement,
-            events,
-            node: None,
-            leaving: false,
-            overflows: Vec::new(),
+            core,
+            link: None,
+            attach: None,
         }
     }
 
@@ -154,60 +148,61 @@ impl Session {
         // message). It is polled only until it fires, then the session returns.
         let shutdown = wait_shutdown(&mut shutdown);
         tokio::pin!(shutdown);
-        // === handshake ===
-        let first = tokio::select! {
-            m = stream.next() => m,
-            _ = tokio::time::sleep(self.shared.limits.handshake_deadline) => {
-                return CloseCode::HandshakeTimeout;
-            }
-            _ = &mut shutdown => return CloseCode::GoingAway,
-        };
-        let env = match self.read(first) {
-            Ok(Some(env)) => env,
-            Ok(None) => return CloseCode::Normal,
-            Err(code) => return code,
-        };
-        let Some(client_envelope::Body::Negotiate(neg)) = env.body else {
-            self.error(
-                pb::ErrorCode::BadFrame,
-                "the first message must be negotiate",
-                0,
-            );
-            return CloseCode::BadFrame;
-        };
-        if let Err(code) = self.negotiate(neg).await {
-            return code;
-        }
-        // === session ===
+        let mut shut = false;
+        // One timer for the connection, moved when the core's deadline moves (a new timer per
+        // message would register and cancel one in the timer wheel for every frame).
+        let timer = tokio::time::sleep(Duration::ZERO);
+        tokio::pin!(timer);
+        let mut armed: Option<Instant> = None;
         loop {
-            let step = tokio::select! {
-                _ = &mut shutdown => Step::Close(CloseCode::GoingAway),
-                m = stream.next() => match self.read(m) {
-                    Ok(Some(env)) => self.on_client(env).await,
-                    Ok(None) => Step::Close(CloseCode::Normal),
-                    Err(code) => Step::Close(code),
-                },
-                out = next_node(&mut self.node) => self.on_node(out).await,
+            let deadline = self.core.poll_timeout();
+            if let Some(t) = deadline
+                && armed != Some(t)
+            {
+                timer.as_mut().reset(t);
+                armed = Some(t);
+            }
+            let fx = tokio::select! {
+                _ = &mut shutdown, if !shut => {
+                    shut = true;
+                    // Each client its own delay: a roll's reconnects spread over the window.
+                    let window = self.shared.limits.reconnect_window;
+                    let after = window.mul_f64(rand::random::<f64>());
+                    self.core.on_shutdown(after)
+                }
+                m = stream.next() => self.read(m),
+                ev = next_node(&mut self.link) => {
+                    let ev = self.node_event(ev);
+                    self.core.on_node(ev, Instant::now())
+                }
+                (res, link) = next_attach(&mut self.attach) => {
+                    self.attach = None;
+                    if let Some(link) = link {
+                        // The old stream, if any (a stall re-attach), ends here: the room swaps.
+                        self.link = Some(link);
+                    }
+                    self.core.on_attach_result(res, Instant::now())
+                }
+                _ = &mut timer, if deadline.is_some() => {
+                    armed = None;
+                    self.core.on_timer(Instant::now())
+                }
             };
-            if let Step::Close(code) = step {
+            if let Some(code) = self.apply(fx).await {
                 return code;
             }
         }
     }
 
-    /// Reads one client message: `Ok(None)` when the client closed or the socket died.
-    fn read(
-        &mut self,
-        m: Option<Result<Message, axum::Error>>,
-    ) -> Result<Option<pb::ClientEnvelope>, CloseCode> {
+    /// Reads one client message into the core.
+    fn read(&mut self, m: Option<Result<Message, axum::Error>>) -> Vec<Effect> {
         let msg = match m {
-            None => return Ok(None),
+            None => return self.core.on_client_closed(),
             Some(Err(e)) => {
                 return if is_capacity_error(&e) {
-                    self.shared.metrics.dropped("too_large");
-                    Err(CloseCode::TooLarge)
+                    self.core.on_bad_frame(Refusal::TooLarge)
                 } else {
-                    Ok(None)
+                    self.core.on_client_closed()
                 };
             }
             Some(Ok(msg)) => msg,
@@ -216,464 +211,191 @@ impl Session {
             Message::Binary(b) => {
                 self.shared.metrics.bytes_in.inc_by(b.len() as u64);
                 if b.len() > self.shared.limits.max_frame_bytes {
-                    return Err(CloseCode::TooLarge);
+                    return self.core.on_bad_frame(Refusal::TooLarge);
                 }
                 match pb::ClientEnvelope::decode(b) {
-                    Ok(env) => Ok(Some(env)),
-                    Err(_) => Err(CloseCode::BadFrame),
+                    Ok(env) => self.core.on_client(env, Instant::now()),
+                    Err(_) => self.core.on_bad_frame(Refusal::BadFrame),
                 }
             }
-            Message::Text(_) => Err(CloseCode::BadFrame),
-            Message::Close(_) => Ok(None),
+            Message::Text(_) => self.core.on_bad_frame(Refusal::BadFrame),
+            Message::Close(_) => self.core.on_client_closed(),
             // Pings are answered by the WebSocket layer.
-            Message::Ping(_) | Message::Pong(_) => Ok(Some(pb::ClientEnvelope::default())),
+            Message::Ping(_) | Message::Pong(_) => Vec::new(),
         }
     }
 
-    async fn negotiate(&mut self, neg: pb::Negotiate) -> Result<(), CloseCode> {
-        let Some(v) = version::negotiate(&neg.versions) else {
-            self.send(server_envelope::Body::Error(pb::Error {
-                code: pb::ErrorCode::UnsupportedVersion as i32,
-                message: "unsupported_version: no protocol version in common".into(),
-                supported_versions: version::SUPPORTED.to_vec(),
-                retryable: false,
-                in_reply_to: 0,
-            }));
-            return Err(CloseCode::UnsupportedVersion);
-        };
-        let mut resumed: Option<ResumeEntry> = None;
-        if !neg.resume_token.is_empty() {
-            resumed = self.shared.resume.take_shared(&neg.resume_token).await;
-            if resumed.is_none() {
-                self.shared.metrics.resume("unknown_token");
-            }
-        }
-        match resumed {
-            Some(entry) => {
-                self.session_id = entry.session_id;
-                self.wallet = entry.wallet;
-                self.resume_token = neg.resume_token;
-                self.send_negotiated(v);
-                if let Some(room) = entry.room {
-                    self.shared.metrics.resume("reconnect");
-                    match self.attach(&room, true, entry.entity).await {
-                        Ok(()) => {}
-                        Err(code) => return Err(code),
-                    }
-                }
+    /// Maps what the node stream delivered; its end drops the link.
+    fn node_event(&mut self, ev: Option<Result<NodeOutbound, tonic::Status>>) -> NodeEvent {
+        let sid = self.core.session_id();
+        match ev {
+            Some(Ok(msg)) => match msg.body {
+                Some(node_outbound::Body::ServerEnvelope(bytes)) => NodeEvent::Frame {
+                    bytes,
+                    droppable: msg.droppable,
+                    keyframe: msg.keyframe,
+                },
+                Some(node_outbound::Body::Ack(a)) => NodeEvent::Ack {
+                    entity: a.entity_id,
+                },
+                Some(node_outbound::Body::Detach(d)) => NodeEvent::Detach {
+                    reason: detach_reason(d.reason),
+                    message: d.message,
+                },
+                // An empty message still shows the node is alive.
+                None => NodeEvent::Ack {
+                    entity: self.core.room().map_or(0, |r| r.1),
+                },
+            },
+            Some(Err(status)) => {
+                self.link = None;
+                tracing::info!(session = sid, %status, "room stream broke");
+                NodeEvent::Ended { broken: true }
             }
             None => {
-                let ident = match self.shared.auth.authenticate(&neg.auth_token) {
-                    Ok(i) => i,
-                    Err(e) => {
-                        self.error(pb::ErrorCode::Auth, &e.to_string(), 0);
-                        return Err(CloseCode::Auth);
+                self.link = None;
+                tracing::debug!(session = sid, "room stream ended");
+                NodeEvent::Ended { broken: false }
+            }
+        }
+    }
+
+    /// Executes the core's effects (and those they lead to); `Some` when the session closes.
+    async fn apply(&mut self, fx: Vec<Effect>) -> Option<CloseCode> {
+        let mut todo: VecDeque<Effect> = fx.into();
+        while let Some(e) = todo.pop_front() {
+            match e {
+                Effect::Send(body) => self.send(body),
+                Effect::Pong { client_time_ms } => {
+                    self.send(server_envelope::Body::Pong(pb::Pong {
+                        client_time_ms,
+                        server_time_ms: unix_ms(),
+                    }))
+                }
+                Effect::Deliver {
+                    bytes,
+                    droppable,
+                    keyframe,
+                } => {
+                    if self.queue.push_frame(bytes, droppable, keyframe) == Pushed::Overflow {
+                        self.shared.metrics.overflows.inc();
+                        todo.extend(self.core.on_overflow(Instant::now()));
                     }
-                };
-                self.session_id = new_session_id();
-                self.wallet = ident.wallet;
-                self.resume_token = crate::resume::new_token();
-                self.send_negotiated(v);
-            }
-        }
-        tracing::Span::current().record("session_id", self.session_id);
-        tracing::debug!(session = self.session_id, wallet = %self.wallet, "negotiated");
-        Ok(())
-    }
-
-    fn send_negotiated(&mut self, v: pb::ProtocolVersion) {
-        let l = &self.shared.limits;
-        let limits = pb::Limits {
-            max_frame_bytes: l.max_frame_bytes as u32,
-            max_movement_hz: l.movement_hz,
-            max_events_per_s: l.events_per_s,
-        };
-        self.send(server_envelope::Body::Negotiated(pb::Negotiated {
-            version: Some(v),
-            session_id: self.session_id,
-            wallet: self.wallet.clone(),
-            resume_token: self.resume_token.clone(),
-            limits: Some(limits),
-        }));
-    }
-
-    async fn on_client(&mut self, env: pb::ClientEnvelope) -> Step {
-        let Some(body) = env.body else {
-            // Empty envelopes (and WebSocket pings) carry nothing to act on.
-            return Step::Continue;
-        };
-        if env.session_id != self.session_id {
-            self.error(pb::ErrorCode::BadFrame, "wrong session id", env.sequence);
-            return Step::Close(CloseCode::BadFrame);
-        }
-        // Replayed or reordered envelopes are ignored (B4).
-        if self
-            .last_client_seq
-            .is_some_and(|last| env.sequence <= last)
-        {
-            self.shared.metrics.dropped("replayed_sequence");
-            return Step::Continue;
-        }
-        self.last_client_seq = Some(env.sequence);
-        let now = Instant::now();
-        let is_move = matches!(
-            body,
-            client_envelope::Body::Movement(_) | client_envelope::Body::MovementCompressed(_)
-        );
-        let verdict = if is_move {
-            self.movement.check(now)
-        } else {
-            self.events.check(now)
-        };
-        match verdict {
-            Verdict::Allow => {}
-            Verdict::Drop => {
-                self.shared.metrics.dropped("rate_limited");
-                return Step::Continue;
-            }
-            Verdict::Flood => {
-                self.error(
-                    pb::ErrorCode::RateLimited,
-                    "input rate exceeded",
-                    env.sequence,
-                );
-                return Step::Close(CloseCode::RateLimited);
-            }
-        }
-        match body {
-            client_envelope::Body::Negotiate(_) => {
-                self.error(pb::ErrorCode::BadFrame, "already negotiated", env.sequence);
-                Step::Close(CloseCode::BadFrame)
-            }
-            client_envelope::Body::Ping(p) => {
-                self.send(server_envelope::Body::Pong(pb::Pong {
-                    client_time_ms: p.client_time_ms,
-                    server_time_ms: unix_ms(),
-                }));
-                Step::Continue
-            }
-            client_envelope::Body::Join(j) => {
-                if self.node.is_some() {
-                    self.error(
-                        pb::ErrorCode::AlreadyJoined,
-                        "already in a room",
-                        env.sequence,
+                }
+                Effect::Forward(env) => self.send_to_node(node_inbound::Body::Envelope(env)),
+                Effect::KeyframeNeeded => {
+                    self.send_to_node(node_inbound::Body::KeyframeNeeded(node::KeyframeNeeded {}));
+                }
+                Effect::Authenticate(neg) => {
+                    let ident = identify(&self.shared, neg).await;
+                    if let Ok(i) = &ident {
+                        tracing::Span::current().record("session_id", i.session_id);
+                        tracing::debug!(session = i.session_id, wallet = %i.wallet, "negotiated");
+                    }
+                    todo.extend(self.core.on_identity(ident, Instant::now()));
+                }
+                Effect::Attach {
+                    room,
+                    cause,
+                    entity,
+                    avoid,
+                } => {
+                    if let Some(label) = cause.label() {
+                        self.shared.metrics.resume(label);
+                    }
+                    let Some(ident) = self.core.identity() else {
+                        continue;
+                    };
+                    self.attach = Some(Box::pin(attach_with_retries(
+                        self.shared.clone(),
+                        AttachArgs {
+                            session_id: ident.session_id,
+                            wallet: ident.wallet.clone(),
+                            room,
+                            cause,
+                            entity,
+                            avoid,
+                        },
+                    )));
+                }
+                Effect::CancelAttach => self.attach = None,
+                Effect::DropLink => {
+                    self.link = None;
+                    self.shared.router.unpin(self.core.session_id());
+                }
+                Effect::Invalidate(room) => self.shared.router.invalidate(&room),
+                Effect::Status { room, status } => {
+                    tracing::debug!(
+                        session = self.core.session_id(),
+                        room,
+                        ?status,
+                        "room status"
                     );
-                    return Step::Continue;
+                    self.send_status(&room, status);
                 }
-                if !valid_room_id(&j.room_id) {
-                    self.error(pb::ErrorCode::InvalidInput, "invalid room id", env.sequence);
-                    return Step::Continue;
+                Effect::Dropped(reason) => self.shared.metrics.dropped(reason),
+                Effect::Resumed(took) => {
+                    self.shared.metrics.resume("resumed");
+                    self.shared
+                        .metrics
+                        .resume_seconds
+                        .observe(took.as_secs_f64());
                 }
-                match self.attach(&j.room_id, false, 0).await {
-                    Ok(()) => Step::Continue,
-                    Err(code) => Step::Close(code),
-                }
-            }
-            client_envelope::Body::Leave(_) => {
-                if self.node.is_none() {
-                    self.error(pb::ErrorCode::NotJoined, "not in a room", env.sequence);
-                    return Step::Continue;
-                }
-                self.leaving = true;
-                self.forward(pb::ClientEnvelope {
-                    body: Some(client_envelope::Body::Leave(pb::Leave {})),
-                    ..env
-                });
-                Step::Continue
-            }
-            body => {
-                if self.node.is_none() {
-                    if !is_move {
-                        self.error(pb::ErrorCode::NotJoined, "not in a room", env.sequence);
-                    } else {
-                        self.shared.metrics.dropped("not_joined");
-                    }
-                    return Step::Continue;
-                }
-                self.forward(pb::ClientEnvelope {
-                    body: Some(body),
-                    ..env
-                });
-                Step::Continue
+                Effect::ResumeFailed => self.shared.metrics.resume("failed"),
+                Effect::Close(code) => return Some(code),
             }
         }
+        None
     }
 
-    /// Sends an envelope to the room node; a full channel drops it (the node is behind).
-    fn forward(&mut self, env: pb::ClientEnvelope) {
-        if let Some(link) = &self.node {
-            let msg = NodeInbound {
-                body: Some(node_inbound::Body::Envelope(env)),
-            };
+    /// Sends to the node; a full channel drops it (the node is behind).
+    fn send_to_node(&mut self, body: node_inbound::Body) {
+        if let Some(link) = &self.link {
+            let msg = NodeInbound { body: Some(body) };
             if link.tx.try_send(msg).is_err() {
                 self.shared.metrics.dropped("node_backlog");
             }
         }
     }
 
-    async fn on_node(&mut self, out: Option<Result<NodeOutbound, tonic::Status>>) -> Step {
-        match out {
-            Some(Ok(msg)) => match msg.body {
-                Some(node_outbound::Body::ServerEnvelope(bytes)) => {
-                    match self.queue.push_frame(bytes, msg.droppable, msg.keyframe) {
-                        Pushed::Queued | Pushed::Skipped => Step::Continue,
-                        Pushed::Overflow => self.on_overflow(),
-                    }
-                }
-                Some(node_outbound::Body::Ack(a)) => {
-                    if let Some(link) = &mut self.node {
-                        link.entity = a.entity_id;
-                    }
-                    Step::Continue
-                }
-                Some(node_outbound::Body::Detach(d)) => self.on_detach(d).await,
-                None => Step::Continue,
-            },
-            end => {
-                let link = self.node.take().map(|l| (l.room, l.entity));
-                let entity = link.as_ref().map_or(0, |l| l.1);
-                let room = link.map(|l| l.0);
-                if self.leaving {
-                    self.leaving = false;
-                    if let Some(_room) = room {
-                        self.shared.router.unpin(self.session_id);
-                    }
-                    return Step::Continue;
-                }
-                let Some(room) = room else {
-                    return Step::Continue;
-                };
-                if let Some(Err(status)) = &end {
-                    tracing::info!(session = self.session_id, room, %status, "room stream broke; resuming");
-                } else {
-                    tracing::info!(
-                        session = self.session_id,
-                        room,
-                        "room stream ended; resuming"
-                    );
-                }
-                self.shared.router.invalidate(&room);
-                self.shared.metrics.resume("node_stream");
-                // Ask for the same entity back: the new activation gives it if it is free.
-                match self.attach(&room, true, entity).await {
-                    Ok(()) => Step::Continue,
-                    Err(code) => Step::Close(code),
-                }
-            }
-        }
-    }
-
-    fn on_overflow(&mut self) -> Step {
-        let now = Instant::now();
-        self.shared.metrics.overflows.inc();
-        if let Some(link) = &self.node {
-            let _ = link.tx.try_send(NodeInbound {
-                body: Some(node_inbound::Body::KeyframeNeeded(node::KeyframeNeeded {})),
-            });
-        }
-        let window = self.shared.limits.slow_window;
-        self.overflows.retain(|t| now.duration_since(*t) < window);
-        self.overflows.push(now);
-        if self.overflows.len() as u32 >= self.shared.limits.slow_strikes {
-            Step::Close(CloseCode::SlowConsumer)
-        } else {
-            Step::Continue
-        }
-    }
-
-    async fn on_detach(&mut self, d: node::Detach) -> Step {
-        let reason =
-            node::DetachReason::try_from(d.reason).unwrap_or(node::DetachReason::Unspecified);
-        let link = self.node.take();
-        self.shared.router.unpin(self.session_id);
-        // The node hands its room to another node: move the session there without a
-        // disconnect. (A Detach answering an attach has no link; it closes as before.)
-        if let (node::DetachReason::Draining, Some(link)) = (reason, &link) {
-            self.shared.router.invalidate(&link.room);
-            self.shared.metrics.resume("draining");
-            return match Box::pin(self.attach(&link.room, true, link.entity)).await {
-                Ok(()) => Step::Continue,
-                Err(code) => Step::Close(code),
-            };
-        }
-        match reason {
-            node::DetachReason::RoomFull => {
-                self.error(pb::ErrorCode::RoomFull, "room is full", 0);
-                Step::Close(CloseCode::RoomFull)
-            }
-            node::DetachReason::Rejected => {
-                self.error(pb::ErrorCode::Rejected, &d.message, 0);
-                Step::Continue
-            }
-            _ => {
-                self.error(pb::ErrorCode::RoomUnavailable, &d.message, 0);
-                Step::Close(CloseCode::RoomUnavailable)
-            }
-        }
-    }
-
-    /// Pins the session to `room`'s node and opens its stream; retries while the room is being
-    /// (re)placed, up to the resume deadline.
-    async fn attach(&mut self, room: &str, resume: bool, entity: u32) -> Result<(), CloseCode> {
-        let started = Instant::now();
-        let deadline = started
-            + if resume {
-                self.shared.limits.resume_deadline
-            } else {
-                Duration::from_secs(10)
-            };
-        let mut backoff = Duration::from_millis(50);
-        loop {
-            match self.try_attach(room, resume, entity).await {
-                Ok(link) => {
-                    self.node = Some(link);
-                    if resume {
-                        self.shared.metrics.resume("resumed");
-                        self.shared
-                            .metrics
-                            .resume_seconds
-                            .observe(started.elapsed().as_secs_f64());
-                    }
-                    return Ok(());
-                }
-                Err(AttachFail::Detached(d)) => {
-                    return match self.on_detach(d).await {
-                        Step::Continue => Ok(()),
-                        Step::Close(c) => Err(c),
-                    };
-                }
-                Err(AttachFail::Invalid(msg)) => {
-                    self.error(pb::ErrorCode::InvalidInput, &msg, 0);
-                    return Ok(());
-                }
-                Err(AttachFail::Retry(why)) => {
-                    tracing::debug!(
-                        session = self.session_id,
-                        room,
-                        why,
-                        "attach failed; retrying"
-                    );
-                    self.shared.router.invalidate(room);
-                }
-            }
-            if Instant::now() + backoff > deadline || is_shutdown(&self.shared.shutdown) {
-                self.shared.metrics.resume("failed");
-                self.error(pb::ErrorCode::RoomUnavailable, "room unavailable", 0);
-                return Err(CloseCode::RoomUnavailable);
-            }
-            tokio::time::sleep(backoff).await;
-            backoff = (backoff * 2).min(Duration::from_secs(1));
-        }
-    }
-
-    async fn try_attach(
-        &mut self,
-        room: &str,
-        resume: bool,
-        entity: u32,
-    ) -> Result<NodeLink, AttachFail> {
-        let route = self
-            .shared
-            .router
-            .pin(self.session_id, room)
-            .await
-            .map_err(|e| AttachFail::Retry(e.to_string()))?;
-        let (tx, rx) = mpsc::channel(64);
-        let attach = node::AttachRequest {
-            room_id: room.to_owned(),
-            session_id: self.session_id,
-            wallet: self.wallet.clone(),
-            resume_entity: entity,
-            resume,
-        };
-        let span = tracing::info_span!("gateway.attach", room, node = %route.node_id, resume);
-        let refused = |s: tonic::Status| match s.code() {
-            tonic::Code::InvalidArgument => AttachFail::Invalid(s.message().to_owned()),
-            _ => AttachFail::Retry(s.to_string()),
-        };
-        let mut stream = match &route.transport {
-            Transport::Grpc(client) => {
-                let req = NodeInbound {
-                    body: Some(node_inbound::Body::Attach(attach)),
-                };
-                tx.try_send(req)
-                    .map_err(|_| AttachFail::Retry("channel".into()))?;
-                let mut client = client.clone();
-                let mut req = tonic::Request::new(ReceiverStream::new(rx));
-                span.in_scope(|| crate::trace::inject(&mut req));
-                // A node that accepts the stream but never answers (paused, wedged) must not hold
-                // the session: give up on it like on a missing ack, and re-resolve.
-                let resp =
-                    tokio::time::timeout(ATTACH_ACK_TIMEOUT, client.attach(req).instrument(span))
-                        .await
-                        .map_err(|_| AttachFail::Retry("node did not answer the attach".into()))?
-                        .map_err(refused)?;
-                Downlink::Grpc(Box::new(resp.into_inner()))
-            }
-            Transport::Local(local) => {
-                let rx = local
-                    .attach(attach, rx)
-                    .instrument(span)
-                    .await
-                    .map_err(refused)?;
-                Downlink::Local(rx)
-            }
-        };
-        let first = tokio::time::timeout(ATTACH_ACK_TIMEOUT, stream.recv())
-            .await
-            .map_err(|_| AttachFail::Retry("no ack".into()))?
-            .ok_or_else(|| AttachFail::Retry("stream ended before ack".into()))?
-            .map_err(|s| AttachFail::Retry(s.to_string()))?;
-        match first.body {
-            Some(node_outbound::Body::Ack(a)) => Ok(NodeLink {
-                room: room.to_owned(),
-                tx,
-                stream,
-                entity: a.entity_id,
-            }),
-            Some(node_outbound::Body::Detach(d)) => Err(AttachFail::Detached(d)),
-            _ => Err(AttachFail::Retry("unexpected first message".into())),
-        }
-    }
-
     /// Ends the session: detach from the room, keep a resume entry if the client may come back,
     /// and queue the close frame.
     async fn finish(&mut self, code: CloseCode) {
-        let room = self.node.take().map(|l| (l.room, l.entity));
-        if self.session_id != 0 {
-            self.shared.router.unpin(self.session_id);
-        }
-        let may_resume = matches!(code, CloseCode::Normal | CloseCode::GoingAway)
-            && !self.resume_token.is_empty()
-            && !self.leaving;
+        self.attach = None;
+        self.link = None;
+        let Some(ident) = self.core.identity().cloned() else {
+            self.queue.close(code.code(), code.name());
+            return;
+        };
+        self.shared.router.unpin(ident.session_id);
+        let may_resume =
+            matches!(code, CloseCode::Normal | CloseCode::GoingAway) && !self.core.is_leaving();
         if may_resume {
+            let room = self.core.room().map(|(r, e)| (r.to_owned(), e));
             self.shared.resume.put(
-                self.resume_token.clone(),
+                ident.resume_token.clone(),
                 ResumeEntry {
-                    session_id: self.session_id,
-                    wallet: self.wallet.clone(),
+                    session_id: ident.session_id,
+                    wallet: ident.wallet.clone(),
                     room: room.as_ref().map(|r| r.0.clone()),
                     entity: room.as_ref().map_or(0, |r| r.1),
                 },
             );
         }
-        if code == CloseCode::GoingAway {
-            self.error(pb::ErrorCode::GoingAway, "server shutting down", 0);
-        }
         self.queue.close(code.code(), code.name());
     }
 
-    fn error(&mut self, code: pb::ErrorCode, message: &str, in_reply_to: u32) {
-        self.send(server_envelope::Body::Error(pb::Error {
-            code: code as i32,
-            message: message.to_owned(),
-            supported_versions: Vec::new(),
-            retryable: matches!(
-                code,
-                pb::ErrorCode::RoomFull | pb::ErrorCode::RoomUnavailable | pb::ErrorCode::GoingAway
-            ),
-            in_reply_to,
+    /// Tells the client its room is moving or back.
+    fn send_status(&mut self, room: &str, status: RoomStatus) {
+        let (kind, reconnect_after_ms) = match status {
+            RoomStatus::Moving => (pb::RoomStatusKind::Moving, 0),
+            RoomStatus::Back => (pb::RoomStatusKind::Back, 0),
+            RoomStatus::Reconnect { after_ms } => (pb::RoomStatusKind::Reconnect, after_ms),
+        };
+        self.send(server_envelope::Body::RoomStatus(pb::RoomStatus {
+            room_id: room.to_owned(),
+            kind: kind as i32,
+            reconnect_after_ms,
         }));
     }
 
@@ -690,10 +412,202 @@ impl Session {
     }
 }
 
+/// Who a negotiate is: the session of its resume token, or a fresh authenticated one.
+async fn identify(shared: &Shared, neg: pb::Negotiate) -> Result<Identity, (Refusal, String)> {
+    if !neg.resume_token.is_empty() {
+        match shared.resume.take_shared(&neg.resume_token).await {
+            Some(entry) => {
+                return Ok(Identity {
+                    session_id: entry.session_id,
+                    wallet: entry.wallet,
+                    resume_token: neg.resume_token,
+                    room: entry.room.map(|r| (r, entry.entity)),
+                });
+            }
+            None => shared.metrics.resume("unknown_token"),
+        }
+    }
+    let ident = shared
+        .auth
+        .authenticate(&neg.auth_token)
+        .map_err(|e| (Refusal::Auth, e.to_string()))?;
+    Ok(Identity {
+        session_id: new_session_id(),
+        wallet: ident.wallet,
+        resume_token: crate::resume::new_token(),
+        room: None,
+    })
+}
+
+/// What an attach needs (owned: the attach runs beside the session's loop).
+struct AttachArgs {
+    session_id: u64,
+    wallet: String,
+    room: String,
+    cause: AttachCause,
+    entity: u32,
+    avoid: Option<String>,
+}
+
+/// Pins the session to its room's node and opens its stream; retries while the room is being
+/// (re)placed, up to the deadline (the resume deadline for a re-attach). A stall re-attach does
+/// not attach to the stalled node while the room's lease on it is live.
+async fn attach_with_retries(
+    shared: Arc<Shared>,
+    a: AttachArgs,
+) -> (AttachResult, Option<NodeLink>) {
+    let started = Instant::now();
+    let deadline = started
+        + if a.cause.is_resume() {
+            shared.limits.resume_deadline
+        } else {
+            JOIN_DEADLINE
+        };
+    // Past half the deadline a live owner is tried again (it may only have been slow).
+    let avoid_until = started + shared.limits.resume_deadline / 2;
+    let mut backoff = Duration::from_millis(50);
+    loop {
+        let avoid = a.avoid.as_deref().filter(|_| Instant::now() < avoid_until);
+        let wait = match try_attach(&shared, &a, avoid).await {
+            Ok(link) => {
+                let node = link.node_id.clone();
+                return (
+                    AttachResult::Attached {
+                        entity: link.entity,
+                        node,
+                    },
+                    Some(link.link),
+                );
+            }
+            Err(AttachFail::Detached(d)) => {
+                return (
+                    AttachResult::Detached {
+                        reason: detach_reason(d.reason),
+                        message: d.message,
+                    },
+                    None,
+                );
+            }
+            Err(AttachFail::Invalid(msg)) => return (AttachResult::Invalid(msg), None),
+            Err(AttachFail::OwnerStalled) => STALL_RETRY,
+            Err(AttachFail::Retry(why)) => {
+                tracing::debug!(
+                    session = a.session_id,
+                    room = a.room,
+                    why,
+                    "attach failed; retrying"
+                );
+                shared.router.invalidate(&a.room);
+                let b = backoff;
+                backoff = (backoff * 2).min(Duration::from_secs(1));
+                b
+            }
+        };
+        if Instant::now() + wait > deadline || is_shutdown(&shared.shutdown) {
+            return (AttachResult::GaveUp, None);
+        }
+        tokio::time::sleep(wait).await;
+    }
+}
+
+/// An attached link and the ack's entity.
+struct Attached {
+    link: NodeLink,
+    node_id: String,
+    entity: u32,
+}
+
+async fn try_attach(
+    shared: &Shared,
+    a: &AttachArgs,
+    avoid: Option<&str>,
+) -> Result<Attached, AttachFail> {
+    let route = match shared.router.pin(a.session_id, &a.room, avoid).await {
+        Ok(r) => r,
+        Err(PinError::OwnerStalled) => return Err(AttachFail::OwnerStalled),
+        Err(e) => return Err(AttachFail::Retry(e.to_string())),
+    };
+    let (tx, rx) = mpsc::channel(64);
+    let resume = a.cause.is_resume();
+    let attach = node::AttachRequest {
+        room_id: a.room.clone(),
+        session_id: a.session_id,
+        wallet: a.wallet.clone(),
+        resume_entity: a.entity,
+        resume,
+    };
+    let span = tracing::info_span!("gateway.attach", room = a.room, node = %route.node_id, resume);
+    let refused = |s: tonic::Status| match s.code() {
+        tonic::Code::InvalidArgument => AttachFail::Invalid(s.message().to_owned()),
+        _ => AttachFail::Retry(s.to_string()),
+    };
+    let mut stream = match &route.transport {
+        Transport::Grpc(client) => {
+            let req = NodeInbound {
+                body: Some(node_inbound::Body::Attach(attach)),
+            };
+            tx.try_send(req)
+                .map_err(|_| AttachFail::Retry("channel".into()))?;
+            let mut client = client.clone();
+            let mut req = tonic::Request::new(ReceiverStream::new(rx));
+            span.in_scope(|| crate::trace::inject(&mut req));
+            // A node that accepts the stream but never answers (paused, wedged) must not hold
+            // the session: give up on it like on a missing ack, and re-resolve.
+            let resp =
+                tokio::time::timeout(ATTACH_ACK_TIMEOUT, client.attach(req).instrument(span))
+                    .await
+                    .map_err(|_| AttachFail::Retry("node did not answer the attach".into()))?
+                    .map_err(refused)?;
+            Downlink::Grpc(Box::new(resp.into_inner()))
+        }
+        Transport::Local(local) => {
+            let rx = local
+                .attach(attach, rx)
+                .instrument(span)
+                .await
+                .map_err(refused)?;
+            Downlink::Local(rx)
+        }
+    };
+    let first = tokio::time::timeout(ATTACH_ACK_TIMEOUT, stream.recv())
+        .await
+        .map_err(|_| AttachFail::Retry("no ack".into()))?
+        .ok_or_else(|| AttachFail::Retry("stream ended before ack".into()))?
+        .map_err(|s| AttachFail::Retry(s.to_string()))?;
+    match first.body {
+        Some(node_outbound::Body::Ack(ack)) => Ok(Attached {
+            link: NodeLink { tx, stream },
+            node_id: route.node_id,
+            entity: ack.entity_id,
+        }),
+        Some(node_outbound::Body::Detach(d)) => Err(AttachFail::Detached(d)),
+        _ => Err(AttachFail::Retry("unexpected first message".into())),
+    }
+}
+
 enum AttachFail {
     Retry(String),
+    /// The room's lease is still live on the node the attach avoids.
+    OwnerStalled,
     Invalid(String),
     Detached(node::Detach),
+}
+
+fn detach_reason(code: i32) -> DetachReason {
+    match node::DetachReason::try_from(code).unwrap_or(node::DetachReason::Unspecified) {
+        node::DetachReason::RoomFull => DetachReason::RoomFull,
+        node::DetachReason::RoomStopped => DetachReason::RoomStopped,
+        node::DetachReason::Draining => DetachReason::Draining,
+        node::DetachReason::Rejected => DetachReason::Rejected,
+        node::DetachReason::Unspecified | node::DetachReason::Internal => DetachReason::Other,
+    }
+}
+
+async fn next_attach(a: &mut Option<AttachFuture>) -> (AttachResult, Option<NodeLink>) {
+    match a {
+        Some(f) => f.as_mut().await,
+        None => std::future::pending().await,
+    }
 }
 
 async fn wait_shutdown(rx: &mut tokio::sync::watch::Receiver<bool>) {

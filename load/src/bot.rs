@@ -607,7 +607,8 @@ impl Bot {
                 // Moving / back need nothing while the session stays open; a gateway going away
                 // says when to reconnect.
                 if st.kind == pb::RoomStatusKind::Reconnect as i32 {
-                    self.reconnect_after = Some(Duration::from_millis(st.reconnect_after_ms.into()));
+                    self.reconnect_after =
+                        Some(Duration::from_millis(st.reconnect_after_ms.into()));
                 }
             }
             SBody::Negotiated(_) => {}

@@ -135,6 +135,8 @@ pub struct GatewaySection {
     pub max_connections: usize,
     pub resume_ttl_ms: u64,
     pub resume_deadline_ms: u64,
+    pub node_silence_ms: u64,
+    pub reconnect_window_ms: u64,
     pub socket_send_buffer: usize,
     pub in_process_node: bool,
     pub shutdown_timeout_ms: u64,
@@ -481,6 +483,10 @@ impl PlazaConfig {
         if g.max_connections == 0 {
             return bad("gateway.max_connections", "must be > 0");
         }
+        if g.node_silence_ms < 100 {
+            // A room sends a frame per broadcast period (≥ 1 Hz); shorter would flap.
+            return bad("gateway.node_silence_ms", "must be >= 100");
+        }
         let n = &self.node;
         if n.id.is_empty() {
             return bad("node.id", "must not be empty");
@@ -606,6 +612,8 @@ impl PlazaConfig {
                 slow_strikes: g.slow_strikes,
                 slow_window: Duration::from_millis(g.slow_window_ms),
                 resume_deadline: Duration::from_millis(g.resume_deadline_ms),
+                node_silence: Duration::from_millis(g.node_silence_ms),
+                reconnect_window: Duration::from_millis(g.reconnect_window_ms),
             },
             resume_ttl: Duration::from_millis(g.resume_ttl_ms),
             max_connections: g.max_connections,

@@ -77,7 +77,12 @@ pub fn free_port() -> u16 {
         .expect("bind an ephemeral loopback port")
 }
 
-/// Timing knobs of a test cluster (short, so the fault tests stay fast).
+/// Timing knobs of a test cluster.
+///
+/// [`ClusterOpts::default`] is the shipped configuration (`ops/plaza.example.toml`: lease TTL
+/// 10 s, presence TTL 15 s, sweep 5 s, empty grace 10 s), passed to the processes as nothing at
+/// all: no environment override is set for a value equal to its shipped default, so the fault
+/// tests run what users run. [`ClusterOpts::fast`] shortens the timings for extra fast variants.
 #[derive(Clone, Debug)]
 pub struct ClusterOpts {
     /// Room nodes to start.
@@ -94,8 +99,29 @@ pub struct ClusterOpts {
     pub log: String,
 }
 
+/// The shipped defaults of the timing knobs (`ops/plaza.example.toml`).
+const SHIPPED: ClusterOpts = ClusterOpts {
+    nodes: 3,
+    lease_ttl_ms: 10_000,
+    presence_ttl_ms: 15_000,
+    sweep_interval_ms: 5_000,
+    empty_grace_ms: 10_000,
+    log: String::new(),
+};
+
 impl Default for ClusterOpts {
     fn default() -> Self {
+        Self {
+            log: "info".into(),
+            ..SHIPPED
+        }
+    }
+}
+
+impl ClusterOpts {
+    /// Shortened timings (lease 2 s, presence 3 s, sweep 1 s, empty grace 2 s) for fast extra
+    /// variants of the fault tests; never instead of the defaults.
+    pub fn fast() -> Self {
         Self {
             nodes: 3,
             lease_ttl_ms: 2_000,
@@ -405,27 +431,41 @@ fn spawn(
             (Some(ws), None)
         }
     };
-    cmd.args(["--redis", redis, "--admin-listen", &admin.to_string()])
-        .env("PLAZA__NODE__LEASE_TTL_MS", opts.lease_ttl_ms.to_string())
-        .env(
+    cmd.args(["--redis", redis, "--admin-listen", &admin.to_string()]);
+    // Only what differs from the shipped defaults is overridden.
+    let overrides = [
+        (
+            "PLAZA__NODE__LEASE_TTL_MS",
+            opts.lease_ttl_ms,
+            SHIPPED.lease_ttl_ms,
+        ),
+        (
             "PLAZA__NODE__HEARTBEAT_TTL_MS",
-            opts.lease_ttl_ms.to_string(),
-        )
-        .env(
+            opts.lease_ttl_ms,
+            SHIPPED.lease_ttl_ms,
+        ),
+        (
             "PLAZA__ROOM__PRESENCE_TTL_MS",
-            opts.presence_ttl_ms.to_string(),
-        )
-        .env(
+            opts.presence_ttl_ms,
+            SHIPPED.presence_ttl_ms,
+        ),
+        (
             "PLAZA__DIRECTORY__SWEEP_INTERVAL_MS",
-            opts.sweep_interval_ms.to_string(),
-        )
-        .env(
+            opts.sweep_interval_ms,
+            SHIPPED.sweep_interval_ms,
+        ),
+        (
             "PLAZA__ROOM__EMPTY_GRACE_MS",
-            opts.empty_grace_ms.to_string(),
-        )
-        .env("PLAZA__GATEWAY__RESUME_DEADLINE_MS", "20000")
-        .env("PLAZA__GATEWAY__MAX_CONNECTIONS", "5000")
-        .env("PLAZA__LOG__LEVEL", &opts.log)
+            opts.empty_grace_ms,
+            SHIPPED.empty_grace_ms,
+        ),
+    ];
+    for (key, value, shipped) in overrides {
+        if value != shipped {
+            cmd.env(key, value.to_string());
+        }
+    }
+    cmd.env("PLAZA__LOG__LEVEL", &opts.log)
         .env_remove("RUST_LOG")
         .stdin(Stdio::null())
         .stdout(out)

@@ -37,9 +37,9 @@ async fn pump_both_until(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_draining_node_hands_its_rooms_off_without_disconnects() {
-    let mut c = Cluster::start(ClusterOpts::default()).await.unwrap();
+    let mut c = Cluster::start(ClusterOpts::fast()).await.unwrap();
     let ttl = Duration::from_millis(c.opts().lease_ttl_ms);
-    let cfg = c.load_config(60, 6, "dr-", 14);
+    let cfg = c.load_config(60, 6, "dr-", 24);
     let (bots, rooms) = (cfg.bots, cfg.rooms);
     let room_ids: Vec<String> = (0..rooms).map(|i| format!("dr-{i}")).collect();
     let load = tokio::spawn(plaza_load::run(cfg));

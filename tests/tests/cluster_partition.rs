@@ -17,7 +17,7 @@ use plaza_tests::cluster::{Cluster, ClusterOpts, assert_nothing_lost};
 async fn an_isolated_node_stops_committing_and_its_rooms_move() {
     let mut c = Cluster::start(ClusterOpts {
         nodes: 2,
-        ..Default::default()
+        ..ClusterOpts::fast()
     })
     .await
     .unwrap();

@@ -14,7 +14,7 @@ use plaza_tests::cluster::{Cluster, ClusterOpts, assert_nothing_lost};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_paused_node_commits_nothing_after_it_wakes() {
-    let c = Cluster::start(ClusterOpts::default()).await.unwrap();
+    let c = Cluster::start(ClusterOpts::fast()).await.unwrap();
     let ttl = Duration::from_millis(c.opts().lease_ttl_ms);
     let cfg = c.load_config(60, 6, "ps-", 16);
     let (bots, rooms) = (cfg.bots, cfg.rooms);

@@ -9,7 +9,7 @@ use plaza_tests::cluster::{Cluster, ClusterOpts, check_single_activation, wait_u
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn presence_is_rebuilt_after_redis_lost_its_data() {
-    let mut c = Cluster::start(ClusterOpts::default()).await.unwrap();
+    let mut c = Cluster::start(ClusterOpts::fast()).await.unwrap();
     let ttl = Duration::from_millis(c.opts().lease_ttl_ms);
     let sweep = Duration::from_millis(c.opts().sweep_interval_ms);
     let cfg = c.load_config(60, 6, "rr-", 12);
