@@ -78,6 +78,7 @@ async fn metrics_carry_the_traffic_of_a_load_run() {
             "{what}: {prefix} is zero or missing in\n{mid}"
         );
     }
+    // Classic text (no Accept header): counters are typed under their _total name.
     for family in [
         "plaza_room_tick_overruns",
         "plaza_bandwidth_deferrals",
@@ -86,7 +87,7 @@ async fn metrics_carry_the_traffic_of_a_load_run() {
         "plaza_gateway_closes",
     ] {
         assert!(
-            mid.contains(&format!("# TYPE {family} counter")),
+            mid.contains(&format!("# TYPE {family}_total counter")),
             "{family} exposed"
         );
     }
