@@ -17,7 +17,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file plaza/v1/client.proto.
  */
 export const file_plaza_v1_client: GenFile = /*@__PURE__*/
-  fileDesc("ChVwbGF6YS92MS9jbGllbnQucHJvdG8SCHBsYXphLnYxIi8KD1Byb3RvY29sVmVyc2lvbhINCgVtYWpvchgBIAEoDRINCgVtaW5vchgCIAEoDSKrBgoOQ2xpZW50RW52ZWxvcGUSEgoKc2Vzc2lvbl9pZBgBIAEoBBIQCghzZXF1ZW5jZRgCIAEoDRISCgpzZW50X2F0X21zGAMgASgEEigKCW5lZ290aWF0ZRgKIAEoCzITLnBsYXphLnYxLk5lZ290aWF0ZUgAEh4KBGpvaW4YCyABKAsyDi5wbGF6YS52MS5Kb2luSAASIAoFbGVhdmUYDCABKAsyDy5wbGF6YS52MS5MZWF2ZUgAEiYKCG1vdmVtZW50GA0gASgLMhIucGxhemEudjEuTW92ZW1lbnRIABIeCgRwaW5nGA4gASgLMg4ucGxhemEudjEuUGluZ0gAEiIKBnJlc3luYxgPIAEoCzIQLnBsYXphLnYxLlJlc3luY0gAEjsKE21vdmVtZW50X2NvbXByZXNzZWQYECABKAsyHC5wbGF6YS52MS5Nb3ZlbWVudENvbXByZXNzZWRIABIsCgtpbnRlcmFjdGlvbhgRIAEoCzIVLnBsYXphLnYxLkludGVyYWN0aW9uSAASKgoHY29uc2VudBgSIAEoCzIXLnBsYXphLnYxLkNvbnNlbnRBY3Rpb25IABIgCgVlbW90ZRgTIAEoCzIPLnBsYXphLnYxLkVtb3RlSAASLQoMc2NlbmVfYWN0aW9uGBQgASgLMhUucGxhemEudjEuU2NlbmVBY3Rpb25IABIvCg1zY2VuZV9jb250cm9sGBUgASgLMhYucGxhemEudjEuU2NlbmVDb250cm9sSAASLQoIdGVsZXBvcnQYFiABKAsyGS5wbGF6YS52MS5UZWxlcG9ydFJlcXVlc3RIABImCgVibG9jaxgXIAEoCzIVLnBsYXphLnYxLkJsb2NrQWN0aW9uSAASMQoOcGVyc29uYWxfc3BhY2UYGCABKAsyFy5wbGF6YS52MS5QZXJzb25hbFNwYWNlSAASKgoKZXhwcmVzc2lvbhgZIAEoCzIULnBsYXphLnYxLkV4cHJlc3Npb25IABIwCgdwcm9maWxlGBogASgLMh0ucGxhemEudjEuUHJvZmlsZUFubm91bmNlbWVudEgAQgYKBGJvZHkidwoJTmVnb3RpYXRlEisKCHZlcnNpb25zGAEgAygLMhkucGxhemEudjEuUHJvdG9jb2xWZXJzaW9uEhIKCmF1dGhfdG9rZW4YAiABKAkSFAoMcmVzdW1lX3Rva2VuGAMgASgJEhMKC2NsaWVudF9uYW1lGAQgASgJIhcKBEpvaW4SDwoHcm9vbV9pZBgBIAEoCSIHCgVMZWF2ZSInCgRWZWMzEgkKAXgYASABKAISCQoBeRgCIAEoAhIJCgF6GAMgASgCIv8CCghNb3ZlbWVudBIgCghwb3NpdGlvbhgBIAEoCzIOLnBsYXphLnYxLlZlYzMSIAoIdmVsb2NpdHkYAiABKAsyDi5wbGF6YS52MS5WZWMzEhIKCnJvdGF0aW9uX3kYAyABKAISLQoNbW92ZW1lbnRfa2luZBgEIAEoDjIWLnBsYXphLnYxLk1vdmVtZW50S2luZBISCgphbmltX2ZsYWdzGAUgASgNEhsKE2hlYWRfaWtfeWF3X2VuYWJsZWQYBiABKAgSHQoVaGVhZF9pa19waXRjaF9lbmFibGVkGAcgASgIEhAKCGhlYWRfeWF3GAggASgCEhIKCmhlYWRfcGl0Y2gYCSABKAISFgoOaXNfcG9pbnRpbmdfYXQYCiABKAgSIAoIcG9pbnRfYXQYCyABKAsyDi5wbGF6YS52MS5WZWMzEhIKCmlzX2luc3RhbnQYDCABKAgSEQoJdGltZXN0YW1wGA0gASgBEhUKDXZlbG9jaXR5X3RpZXIYDiABKA0icQoSTW92ZW1lbnRDb21wcmVzc2VkEhUKDXRlbXBvcmFsX2RhdGEYASABKAcSFQoNbW92ZW1lbnRfZGF0YRgCIAEoBhIWCg5oZWFkX3N5bmNfZGF0YRgDIAEoBxIVCg1wb2ludF9hdF9kYXRhGAQgASgHIh4KBFBpbmcSFgoOY2xpZW50X3RpbWVfbXMYASABKAQiSAoGUmVzeW5jEhYKDmxhc3RfZnJhbWVfc2VxGAEgASgNEiYKBnJlYXNvbhgCIAEoDjIWLnBsYXphLnYxLlJlc3luY1JlYXNvbiKcAQoLSW50ZXJhY3Rpb24SJwoEa2luZBgBIAEoDjIZLnBsYXphLnYxLkludGVyYWN0aW9uS2luZBIPCgdwcm9wX2lkGAIgASgNEiAKCHBvc2l0aW9uGAMgASgLMg4ucGxhemEudjEuVmVjMxIgCgh2ZWxvY2l0eRgEIAEoCzIOLnBsYXphLnYxLlZlYzMSDwoHcm9vbV9pZBgFIAEoCSJpCg1Db25zZW50QWN0aW9uEh8KAm9wGAEgASgOMhMucGxhemEudjEuQ29uc2VudE9wEgwKBGtpbmQYAiABKAkSFQoNdGFyZ2V0X2VudGl0eRgDIAEoDRISCgpjb25zZW50X2lkGAQgASgEIj0KBUVtb3RlEhAKCGVtb3RlX2lkGAEgASgJEhQKDHRpbWVzdGFtcF9tcxgCIAEoBBIMCgRzdG9wGAMgASgIIiYKD1RlbGVwb3J0UmVxdWVzdBITCgtkZXN0aW5hdGlvbhgBIAEoCSJaCgtCbG9ja0FjdGlvbhIdCgJvcBgBIAEoDjIRLnBsYXphLnYxLkJsb2NrT3ASFQoNdGFyZ2V0X2VudGl0eRgCIAEoDRIVCg10YXJnZXRfd2FsbGV0GAMgASgJIiEKDVBlcnNvbmFsU3BhY2USEAoIcmFkaXVzX20YASABKAIiOQoKRXhwcmVzc2lvbhIVCg1leHByZXNzaW9uX2lkGAEgASgNEhQKDGludGVuc2l0eV9icBgCIAEoDSI8ChNQcm9maWxlQW5ub3VuY2VtZW50Eg8KB3ZlcnNpb24YASABKAQSFAoMZGlzcGxheV9uYW1lGAIgASgJIjAKC1NjZW5lQWN0aW9uEhAKCHNjZW5lX2lkGAEgASgJEg8KB3BheWxvYWQYAiABKAwiaAoMU2NlbmVDb250cm9sEhAKCHNjZW5lX2lkGAEgASgJEiQKAm9wGAIgASgOMhgucGxhemEudjEuU2NlbmVDb250cm9sT3ASDAoEdGljaxgDIAEoBBISCgpnYW1lX3N0YXRlGAQgASgMIqMDCg5TZXJ2ZXJFbnZlbG9wZRIQCghzZXF1ZW5jZRgBIAEoDRISCgpzZW50X2F0X21zGAIgASgEEioKCm5lZ290aWF0ZWQYCiABKAsyFC5wbGF6YS52MS5OZWdvdGlhdGVkSAASIgoGam9pbmVkGAsgASgLMhAucGxhemEudjEuSm9pbmVkSAASMQoOc25hcHNob3RfZnJhbWUYDCABKAsyFy5wbGF6YS52MS5TbmFwc2hvdEZyYW1lSAASIAoFZXJyb3IYDSABKAsyDy5wbGF6YS52MS5FcnJvckgAEh4KBHBvbmcYDiABKAsyDi5wbGF6YS52MS5Qb25nSAASKgoKY29ycmVjdGlvbhgPIAEoCzIULnBsYXphLnYxLkNvcnJlY3Rpb25IABIgCgVldmVudBgQIAEoCzIPLnBsYXphLnYxLkV2ZW50SAASHgoEbGVmdBgRIAEoCzIOLnBsYXphLnYxLkxlZnRIABIwCgtleHByZXNzaW9ucxgSIAEoCzIZLnBsYXphLnYxLkV4cHJlc3Npb25GcmFtZUgAQgYKBGJvZHkilAEKCk5lZ290aWF0ZWQSKgoHdmVyc2lvbhgBIAEoCzIZLnBsYXphLnYxLlByb3RvY29sVmVyc2lvbhISCgpzZXNzaW9uX2lkGAIgASgEEg4KBndhbGxldBgDIAEoCRIUCgxyZXN1bWVfdG9rZW4YBCABKAkSIAoGbGltaXRzGAUgASgLMhAucGxhemEudjEuTGltaXRzIlQKBkxpbWl0cxIXCg9tYXhfZnJhbWVfYnl0ZXMYASABKA0SFwoPbWF4X21vdmVtZW50X2h6GAIgASgNEhgKEG1heF9ldmVudHNfcGVyX3MYAyABKA0i9wEKBkpvaW5lZBIPCgdyb29tX2lkGAEgASgJEhEKCWVudGl0eV9pZBgCIAEoDRIPCgd0aWNrX2h6GAMgASgNEhQKDGJyb2FkY2FzdF9oehgEIAEoDRItCg1jYXBhY2l0eV90aWVyGAUgASgOMhYucGxhemEudjEuQ2FwYWNpdHlUaWVyEhQKDGludGVyZXN0X2NhcBgGIAEoDRIgCghwb3NpdGlvbhgHIAEoCzIOLnBsYXphLnYxLlZlYzMSJwoEcm9vbRgIIAEoCzIZLnBsYXphLnYxLlJvb21EZXNjcmlwdGlvbhISCgpyb3RhdGlvbl95GAkgASgCIv4CCg9Sb29tRGVzY3JpcHRpb24SIgoKYm91bmRzX21pbhgBIAEoCzIOLnBsYXphLnYxLlZlYzMSIgoKYm91bmRzX21heBgCIAEoCzIOLnBsYXphLnYxLlZlYzMSEAoIZ3JvdW5kX3kYAyABKAISJQoJY2VsbF9ncmlkGAQgASgLMhIucGxhemEudjEuQ2VsbEdyaWQSKwoMZGVzdGluYXRpb25zGAUgAygLMhUucGxhemEudjEuRGVzdGluYXRpb24SKAoGbGltaXRzGAYgASgLMhgucGxhemEudjEuTW92ZW1lbnRMaW1pdHMSEwoLbWF4X21lbWJlcnMYByABKA0SGgoSYnVkZ2V0X2J5dGVzX3Blcl9zGAggASgNEhUKDWV4cHJlc3Npb25faHoYCSABKA0SEgoKZGVmaW5pdGlvbhgKIAEoCRIdChVjYXBzdWxlX2hhbGZfaGVpZ2h0X20YCyABKAISGAoQY2Fwc3VsZV9yYWRpdXNfbRgMIAEoAiJbCghDZWxsR3JpZBITCgtjZWxsX3NpemVfbRgBIAEoAhINCgVtaW5feBgCIAEoBRINCgVtaW5fehgDIAEoBRINCgV3aWR0aBgEIAEoDRINCgVkZXB0aBgFIAEoDSKxAQoLRGVzdGluYXRpb24SDAoEbmFtZRgBIAEoCRInCgRraW5kGAIgASgOMhkucGxhemEudjEuRGVzdGluYXRpb25LaW5kEiAKCHBvc2l0aW9uGAMgASgLMg4ucGxhemEudjEuVmVjMxISCgpyb3RhdGlvbl95GAQgASgCEhAKCHJhZGl1c19tGAUgASgCEg4KBnRhcmdldBgGIAEoCRITCgtyZXF1ZXN0YWJsZRgHIAEoCCKYAQoOTW92ZW1lbnRMaW1pdHMSFQoNbWF4X3NwZWVkX21wcxgBIAEoAhIbChN0ZWxlcG9ydF9kaXN0YW5jZV9tGAIgASgCEhkKEWNsb2NrX3RvbGVyYW5jZV9zGAMgASgCEhcKD3NwZWVkX3RvbGVyYW5jZRgEIAEoAhIeChZtYXhfdmVydGljYWxfc3BlZWRfbXBzGAUgASgCIhcKBExlZnQSDwoHcm9vbV9pZBgBIAEoCSIeCg1TbmFwc2hvdEZyYW1lEg0KBWZyYW1lGAEgASgMIpoBCgVFcnJvchIhCgRjb2RlGAEgASgOMhMucGxhemEudjEuRXJyb3JDb2RlEg8KB21lc3NhZ2UYAiABKAkSNQoSc3VwcG9ydGVkX3ZlcnNpb25zGAMgAygLMhkucGxhemEudjEuUHJvdG9jb2xWZXJzaW9uEhEKCXJldHJ5YWJsZRgEIAEoCBITCgtpbl9yZXBseV90bxgFIAEoDSI2CgRQb25nEhYKDmNsaWVudF90aW1lX21zGAEgASgEEhYKDnNlcnZlcl90aW1lX21zGAIgASgEIqkBCgpDb3JyZWN0aW9uEiYKBnJlYXNvbhgBIAEoDjIWLnBsYXphLnYxLlJlamVjdFJlYXNvbhIgCghwb3NpdGlvbhgCIAEoCzIOLnBsYXphLnYxLlZlYzMSIAoIdmVsb2NpdHkYAyABKAsyDi5wbGF6YS52MS5WZWMzEhIKCnJvdGF0aW9uX3kYBCABKAISGwoTbGFzdF9pbnB1dF9zZXF1ZW5jZRgFIAEoDSLOAwoFRXZlbnQSEAoIcm9vbV9zZXEYASABKAQSIwoEcHJvcBgKIAEoCzITLnBsYXphLnYxLlByb3BFdmVudEgAEikKB2NvbnNlbnQYCyABKAsyFi5wbGF6YS52MS5Db25zZW50RXZlbnRIABIlCgVlbW90ZRgMIAEoCzIULnBsYXphLnYxLkVtb3RlRXZlbnRIABIpCgpzY2VuZV90aWNrGA0gASgLMhMucGxhemEudjEuU2NlbmVUaWNrSAASKQoKc2NlbmVfc3luYxgOIAEoCzITLnBsYXphLnYxLlNjZW5lU3luY0gAEi0KCHJlamVjdGVkGA8gASgLMhkucGxhemEudjEuUmVxdWVzdFJlamVjdGVkSAASMgoMc2NlbmVfY2xpZW50GBAgASgLMhoucGxhemEudjEuU2NlbmVDbGllbnRFdmVudEgAEigKBnJvc3RlchgRIAEoCzIWLnBsYXphLnYxLlJvc3RlclVwZGF0ZUgAEioKCnRlbGVwb3J0ZWQYEiABKAsyFC5wbGF6YS52MS5UZWxlcG9ydGVkSAASJQoFYmxvY2sYEyABKAsyFC5wbGF6YS52MS5CbG9ja0V2ZW50SABCBgoEa2luZCJfCgtSb3N0ZXJFbnRyeRIRCgllbnRpdHlfaWQYASABKA0SDgoGd2FsbGV0GAIgASgJEhQKDGRpc3BsYXlfbmFtZRgDIAEoCRIXCg9wcm9maWxlX3ZlcnNpb24YBCABKAQiVQoMUm9zdGVyVXBkYXRlEgwKBGZ1bGwYASABKAgSJgoHdXBzZXJ0cxgCIAMoCzIVLnBsYXphLnYxLlJvc3RlckVudHJ5Eg8KB3JlbW92ZWQYAyADKA0irwEKClRlbGVwb3J0ZWQSEQoJZW50aXR5X2lkGAEgASgNEiAKCHBvc2l0aW9uGAIgASgLMg4ucGxhemEudjEuVmVjMxISCgpyb3RhdGlvbl95GAMgASgCEhMKC2Rlc3RpbmF0aW9uGAQgASgJEiYKBWNhdXNlGAUgASgOMhcucGxhemEudjEuVGVsZXBvcnRDYXVzZRIbChNsYXN0X2lucHV0X3NlcXVlbmNlGAYgASgNIksKCkJsb2NrRXZlbnQSFQoNdGFyZ2V0X3dhbGxldBgBIAEoCRIVCg10YXJnZXRfZW50aXR5GAIgASgNEg8KB2Jsb2NrZWQYAyABKAgiUQoPRXhwcmVzc2lvblN0YXRlEhEKCWVudGl0eV9pZBgBIAEoDRIVCg1leHByZXNzaW9uX2lkGAIgASgNEhQKDGludGVuc2l0eV9icBgDIAEoDSJYCg9FeHByZXNzaW9uRnJhbWUSDAoEdGljaxgBIAEoBBIMCgRmdWxsGAIgASgIEikKBnN0YXRlcxgDIAMoCzIZLnBsYXphLnYxLkV4cHJlc3Npb25TdGF0ZSKQAQoJUHJvcEV2ZW50Eg8KB3Byb3BfaWQYASABKA0SFQoNaG9sZGVyX2VudGl0eRgCIAEoDRIQCghyZXZpc2lvbhgDIAEoBBInCgRraW5kGAQgASgOMhkucGxhemEudjEuSW50ZXJhY3Rpb25LaW5kEiAKCHBvc2l0aW9uGAUgASgLMg4ucGxhemEudjEuVmVjMyJwCgxDb25zZW50RXZlbnQSEgoKY29uc2VudF9pZBgBIAEoBBIMCgRraW5kGAIgASgJEhgKEHJlcXVlc3Rlcl9lbnRpdHkYAyABKA0SFQoNdGFyZ2V0X2VudGl0eRgEIAEoDRINCgVzdGF0ZRgFIAEoCSJ+CgpFbW90ZUV2ZW50EhEKCWVudGl0eV9pZBgBIAEoDRIQCghlbW90ZV9pZBgCIAEoCRIMCgRzdG9wGAMgASgIEhQKDHRpbWVzdGFtcF9tcxgEIAEoBBITCgtpbl9wcm9ncmVzcxgFIAEoCBISCgplbGFwc2VkX21zGAYgASgEIlgKCVNjZW5lVGljaxIQCghzY2VuZV9pZBgBIAEoCRIMCgR0aWNrGAIgASgEEisKB2FjdGlvbnMYAyADKAsyGi5wbGF6YS52MS5TY2VuZUFjdGlvbkVudHJ5IjYKEFNjZW5lQWN0aW9uRW50cnkSEQoJZW50aXR5X2lkGAEgASgNEg8KB3BheWxvYWQYAiABKAwilAEKCVNjZW5lU3luYxIQCghzY2VuZV9pZBgBIAEoCRIMCgR0aWNrGAIgASgEEhIKCmdhbWVfc3RhdGUYAyABKAwSFAoMY2xpZW50X3N0YXRlGAQgASgJEiYKB21lbWJlcnMYBSADKAsyFS5wbGF6YS52MS5TY2VuZU1lbWJlchIVCg1tYXN0ZXJfZW50aXR5GAYgASgNIjYKC1NjZW5lTWVtYmVyEhEKCWVudGl0eV9pZBgBIAEoDRIUCgxjbGllbnRfc3RhdGUYAiABKAkiNgoPUmVxdWVzdFJlamVjdGVkEhMKC2luX3JlcGx5X3RvGAEgASgNEg4KBnJlYXNvbhgCIAEoCSKJAQoQU2NlbmVDbGllbnRFdmVudBIQCghzY2VuZV9pZBgBIAEoCRIRCgllbnRpdHlfaWQYAiABKA0SLAoEa2luZBgDIAEoDjIeLnBsYXphLnYxLlNjZW5lQ2xpZW50RXZlbnRLaW5kEhQKDGNsaWVudF9zdGF0ZRgEIAEoCRIMCgR0aWNrGAUgASgEKmwKDE1vdmVtZW50S2luZBIWChJNT1ZFTUVOVF9LSU5EX0lETEUQABIWChJNT1ZFTUVOVF9LSU5EX1dBTEsQARIVChFNT1ZFTUVOVF9LSU5EX0pPRxACEhUKEU1PVkVNRU5UX0tJTkRfUlVOEAMqxAEKCEFuaW1GbGFnEhIKDkFOSU1fRkxBR19OT05FEAASFgoSQU5JTV9GTEFHX0dST1VOREVEEAESFQoRQU5JTV9GTEFHX0ZBTExJTkcQAhIXChNBTklNX0ZMQUdfTE9OR19KVU1QEAQSFwoTQU5JTV9GTEFHX0xPTkdfRkFMTBAIEhUKEUFOSU1fRkxBR19TVFVOTkVEEBASFQoRQU5JTV9GTEFHX1NMSURJTkcQIBIVChFBTklNX0ZMQUdfRU1PVElORxBAKo4BCgxSZXN5bmNSZWFzb24SHQoZUkVTWU5DX1JFQVNPTl9VTlNQRUNJRklFRBAAEh0KGVJFU1lOQ19SRUFTT05fQ0hBSU5fQlJFQUsQARIgChxSRVNZTkNfUkVBU09OX0NIRUNLX01JU01BVENIEAISHgoaUkVTWU5DX1JFQVNPTl9ERUNPREVfRVJST1IQAyqjAQoPSW50ZXJhY3Rpb25LaW5kEiAKHElOVEVSQUNUSU9OX0tJTkRfVU5TUEVDSUZJRUQQABIbChdJTlRFUkFDVElPTl9LSU5EX1BJQ0tVUBABEhoKFklOVEVSQUNUSU9OX0tJTkRfUExBQ0UQAhIaChZJTlRFUkFDVElPTl9LSU5EX1RIUk9XEAMSGQoVSU5URVJBQ1RJT05fS0lORF9EUk9QEAQqtwEKCUNvbnNlbnRPcBIaChZDT05TRU5UX09QX1VOU1BFQ0lGSUVEEAASFgoSQ09OU0VOVF9PUF9SRVFVRVNUEAESFgoSQ09OU0VOVF9PUF9DT05TRU5UEAISFgoSQ09OU0VOVF9PUF9ERUNMSU5FEAMSFwoTQ09OU0VOVF9PUF9BQ1RJVkFURRAEEhYKEkNPTlNFTlRfT1BfUkVMRUFTRRAFEhUKEUNPTlNFTlRfT1BfQ0FOQ0VMEAYqTQoHQmxvY2tPcBIYChRCTE9DS19PUF9VTlNQRUNJRklFRBAAEhIKDkJMT0NLX09QX0JMT0NLEAESFAoQQkxPQ0tfT1BfVU5CTE9DSxACKqUBCg5TY2VuZUNvbnRyb2xPcBIgChxTQ0VORV9DT05UUk9MX09QX1VOU1BFQ0lGSUVEEAASGQoVU0NFTkVfQ09OVFJPTF9PUF9KT0lOEAESGgoWU0NFTkVfQ09OVFJPTF9PUF9MRUFWRRACEh4KGlNDRU5FX0NPTlRST0xfT1BfQ0FVR0hUX1VQEAMSGgoWU0NFTkVfQ09OVFJPTF9PUF9TVEFURRAEKkIKDENhcGFjaXR5VGllchIXChNDQVBBQ0lUWV9USUVSX0NMQVNTEAASGQoVQ0FQQUNJVFlfVElFUl9TVEFESVVNEAEqbAoPRGVzdGluYXRpb25LaW5kEiAKHERFU1RJTkFUSU9OX0tJTkRfVU5TUEVDSUZJRUQQABIaChZERVNUSU5BVElPTl9LSU5EX1NQQVdOEAESGwoXREVTVElOQVRJT05fS0lORF9QT1JUQUwQAirXAwoJRXJyb3JDb2RlEhoKFkVSUk9SX0NPREVfVU5TUEVDSUZJRUQQABIiCh5FUlJPUl9DT0RFX1VOU1VQUE9SVEVEX1ZFUlNJT04QARIYChRFUlJPUl9DT0RFX0JBRF9GUkFNRRACEh4KGkVSUk9SX0NPREVfRlJBTUVfVE9PX0xBUkdFEAMSGwoXRVJST1JfQ09ERV9SQVRFX0xJTUlURUQQBBIYChRFUlJPUl9DT0RFX1JPT01fRlVMTBAFEhMKD0VSUk9SX0NPREVfQVVUSBAGEhkKFUVSUk9SX0NPREVfTk9UX0pPSU5FRBAHEh0KGUVSUk9SX0NPREVfQUxSRUFEWV9KT0lORUQQCBIfChtFUlJPUl9DT0RFX1JPT01fVU5BVkFJTEFCTEUQCRIcChhFUlJPUl9DT0RFX0lOVkFMSURfSU5QVVQQChIcChhFUlJPUl9DT0RFX1NMT1dfQ09OU1VNRVIQCxIgChxFUlJPUl9DT0RFX0hBTkRTSEFLRV9USU1FT1VUEAwSGQoVRVJST1JfQ09ERV9HT0lOR19BV0FZEA0SFwoTRVJST1JfQ09ERV9JTlRFUk5BTBAOEhcKE0VSUk9SX0NPREVfUkVKRUNURUQQDyq2AgoMUmVqZWN0UmVhc29uEh0KGVJFSkVDVF9SRUFTT05fVU5TUEVDSUZJRUQQABIXChNSRUpFQ1RfUkVBU09OX1NQRUVEEAESHAoYUkVKRUNUX1JFQVNPTl9OT05fRklOSVRFEAISIQodUkVKRUNUX1JFQVNPTl9OT05fUE9TSVRJVkVfRFQQAxIfChtSRUpFQ1RfUkVBU09OX09VVF9PRl9CT1VORFMQBBIaChZSRUpFQ1RfUkVBU09OX1RFTEVQT1JUEAUSGQoVUkVKRUNUX1JFQVNPTl9CTE9DS0VEEAYSFwoTUkVKRUNUX1JFQVNPTl9DTE9DSxAHEhoKFlJFSkVDVF9SRUFTT05fQUlSQk9STkUQCBIgChxSRUpFQ1RfUkVBU09OX1VOS05PV05fRU5USVRZEAkqgwEKDVRlbGVwb3J0Q2F1c2USHgoaVEVMRVBPUlRfQ0FVU0VfVU5TUEVDSUZJRUQQABIaChZURUxFUE9SVF9DQVVTRV9SRVFVRVNUEAESGQoVVEVMRVBPUlRfQ0FVU0VfUE9SVEFMEAISGwoXVEVMRVBPUlRfQ0FVU0VfT1BFUkFUT1IQAyqKAwoUU2NlbmVDbGllbnRFdmVudEtpbmQSJwojU0NFTkVfQ0xJRU5UX0VWRU5UX0tJTkRfVU5TUEVDSUZJRUQQABIpCiVTQ0VORV9DTElFTlRfRVZFTlRfS0lORF9DTElFTlRfSk9JTkVEEAESKgomU0NFTkVfQ0xJRU5UX0VWRU5UX0tJTkRfQkVHSU5fQ0FUQ0hfVVAQAhIlCiFTQ0VORV9DTElFTlRfRVZFTlRfS0lORF9DQVVHSFRfVVAQAxInCiNTQ0VORV9DTElFTlRfRVZFTlRfS0lORF9DTElFTlRfTEVGVBAEEioKJlNDRU5FX0NMSUVOVF9FVkVOVF9LSU5EX01BU1RFUl9DSEFOR0VEEAUSKwonU0NFTkVfQ0xJRU5UX0VWRU5UX0tJTkRfU1RBVEVfUkVRVUVTVEVEEAYSJgoiU0NFTkVfQ0xJRU5UX0VWRU5UX0tJTkRfU1lOQ19SRVRSWRAHEiEKHVNDRU5FX0NMSUVOVF9FVkVOVF9LSU5EX0FMT05FEAhiBnByb3RvMw");
+  fileDesc("ChVwbGF6YS92MS9jbGllbnQucHJvdG8SCHBsYXphLnYxIi8KD1Byb3RvY29sVmVyc2lvbhINCgVtYWpvchgBIAEoDRINCgVtaW5vchgCIAEoDSKrBgoOQ2xpZW50RW52ZWxvcGUSEgoKc2Vzc2lvbl9pZBgBIAEoBBIQCghzZXF1ZW5jZRgCIAEoDRISCgpzZW50X2F0X21zGAMgASgEEigKCW5lZ290aWF0ZRgKIAEoCzITLnBsYXphLnYxLk5lZ290aWF0ZUgAEh4KBGpvaW4YCyABKAsyDi5wbGF6YS52MS5Kb2luSAASIAoFbGVhdmUYDCABKAsyDy5wbGF6YS52MS5MZWF2ZUgAEiYKCG1vdmVtZW50GA0gASgLMhIucGxhemEudjEuTW92ZW1lbnRIABIeCgRwaW5nGA4gASgLMg4ucGxhemEudjEuUGluZ0gAEiIKBnJlc3luYxgPIAEoCzIQLnBsYXphLnYxLlJlc3luY0gAEjsKE21vdmVtZW50X2NvbXByZXNzZWQYECABKAsyHC5wbGF6YS52MS5Nb3ZlbWVudENvbXByZXNzZWRIABIsCgtpbnRlcmFjdGlvbhgRIAEoCzIVLnBsYXphLnYxLkludGVyYWN0aW9uSAASKgoHY29uc2VudBgSIAEoCzIXLnBsYXphLnYxLkNvbnNlbnRBY3Rpb25IABIgCgVlbW90ZRgTIAEoCzIPLnBsYXphLnYxLkVtb3RlSAASLQoMc2NlbmVfYWN0aW9uGBQgASgLMhUucGxhemEudjEuU2NlbmVBY3Rpb25IABIvCg1zY2VuZV9jb250cm9sGBUgASgLMhYucGxhemEudjEuU2NlbmVDb250cm9sSAASLQoIdGVsZXBvcnQYFiABKAsyGS5wbGF6YS52MS5UZWxlcG9ydFJlcXVlc3RIABImCgVibG9jaxgXIAEoCzIVLnBsYXphLnYxLkJsb2NrQWN0aW9uSAASMQoOcGVyc29uYWxfc3BhY2UYGCABKAsyFy5wbGF6YS52MS5QZXJzb25hbFNwYWNlSAASKgoKZXhwcmVzc2lvbhgZIAEoCzIULnBsYXphLnYxLkV4cHJlc3Npb25IABIwCgdwcm9maWxlGBogASgLMh0ucGxhemEudjEuUHJvZmlsZUFubm91bmNlbWVudEgAQgYKBGJvZHkidwoJTmVnb3RpYXRlEisKCHZlcnNpb25zGAEgAygLMhkucGxhemEudjEuUHJvdG9jb2xWZXJzaW9uEhIKCmF1dGhfdG9rZW4YAiABKAkSFAoMcmVzdW1lX3Rva2VuGAMgASgJEhMKC2NsaWVudF9uYW1lGAQgASgJIhcKBEpvaW4SDwoHcm9vbV9pZBgBIAEoCSIHCgVMZWF2ZSInCgRWZWMzEgkKAXgYASABKAISCQoBeRgCIAEoAhIJCgF6GAMgASgCIv8CCghNb3ZlbWVudBIgCghwb3NpdGlvbhgBIAEoCzIOLnBsYXphLnYxLlZlYzMSIAoIdmVsb2NpdHkYAiABKAsyDi5wbGF6YS52MS5WZWMzEhIKCnJvdGF0aW9uX3kYAyABKAISLQoNbW92ZW1lbnRfa2luZBgEIAEoDjIWLnBsYXphLnYxLk1vdmVtZW50S2luZBISCgphbmltX2ZsYWdzGAUgASgNEhsKE2hlYWRfaWtfeWF3X2VuYWJsZWQYBiABKAgSHQoVaGVhZF9pa19waXRjaF9lbmFibGVkGAcgASgIEhAKCGhlYWRfeWF3GAggASgCEhIKCmhlYWRfcGl0Y2gYCSABKAISFgoOaXNfcG9pbnRpbmdfYXQYCiABKAgSIAoIcG9pbnRfYXQYCyABKAsyDi5wbGF6YS52MS5WZWMzEhIKCmlzX2luc3RhbnQYDCABKAgSEQoJdGltZXN0YW1wGA0gASgBEhUKDXZlbG9jaXR5X3RpZXIYDiABKA0icQoSTW92ZW1lbnRDb21wcmVzc2VkEhUKDXRlbXBvcmFsX2RhdGEYASABKAcSFQoNbW92ZW1lbnRfZGF0YRgCIAEoBhIWCg5oZWFkX3N5bmNfZGF0YRgDIAEoBxIVCg1wb2ludF9hdF9kYXRhGAQgASgHIh4KBFBpbmcSFgoOY2xpZW50X3RpbWVfbXMYASABKAQiSAoGUmVzeW5jEhYKDmxhc3RfZnJhbWVfc2VxGAEgASgNEiYKBnJlYXNvbhgCIAEoDjIWLnBsYXphLnYxLlJlc3luY1JlYXNvbiKcAQoLSW50ZXJhY3Rpb24SJwoEa2luZBgBIAEoDjIZLnBsYXphLnYxLkludGVyYWN0aW9uS2luZBIPCgdwcm9wX2lkGAIgASgNEiAKCHBvc2l0aW9uGAMgASgLMg4ucGxhemEudjEuVmVjMxIgCgh2ZWxvY2l0eRgEIAEoCzIOLnBsYXphLnYxLlZlYzMSDwoHcm9vbV9pZBgFIAEoCSJpCg1Db25zZW50QWN0aW9uEh8KAm9wGAEgASgOMhMucGxhemEudjEuQ29uc2VudE9wEgwKBGtpbmQYAiABKAkSFQoNdGFyZ2V0X2VudGl0eRgDIAEoDRISCgpjb25zZW50X2lkGAQgASgEIj0KBUVtb3RlEhAKCGVtb3RlX2lkGAEgASgJEhQKDHRpbWVzdGFtcF9tcxgCIAEoBBIMCgRzdG9wGAMgASgIIiYKD1RlbGVwb3J0UmVxdWVzdBITCgtkZXN0aW5hdGlvbhgBIAEoCSJaCgtCbG9ja0FjdGlvbhIdCgJvcBgBIAEoDjIRLnBsYXphLnYxLkJsb2NrT3ASFQoNdGFyZ2V0X2VudGl0eRgCIAEoDRIVCg10YXJnZXRfd2FsbGV0GAMgASgJIiEKDVBlcnNvbmFsU3BhY2USEAoIcmFkaXVzX20YASABKAIiOQoKRXhwcmVzc2lvbhIVCg1leHByZXNzaW9uX2lkGAEgASgNEhQKDGludGVuc2l0eV9icBgCIAEoDSI8ChNQcm9maWxlQW5ub3VuY2VtZW50Eg8KB3ZlcnNpb24YASABKAQSFAoMZGlzcGxheV9uYW1lGAIgASgJIjAKC1NjZW5lQWN0aW9uEhAKCHNjZW5lX2lkGAEgASgJEg8KB3BheWxvYWQYAiABKAwiaAoMU2NlbmVDb250cm9sEhAKCHNjZW5lX2lkGAEgASgJEiQKAm9wGAIgASgOMhgucGxhemEudjEuU2NlbmVDb250cm9sT3ASDAoEdGljaxgDIAEoBBISCgpnYW1lX3N0YXRlGAQgASgMItADCg5TZXJ2ZXJFbnZlbG9wZRIQCghzZXF1ZW5jZRgBIAEoDRISCgpzZW50X2F0X21zGAIgASgEEioKCm5lZ290aWF0ZWQYCiABKAsyFC5wbGF6YS52MS5OZWdvdGlhdGVkSAASIgoGam9pbmVkGAsgASgLMhAucGxhemEudjEuSm9pbmVkSAASMQoOc25hcHNob3RfZnJhbWUYDCABKAsyFy5wbGF6YS52MS5TbmFwc2hvdEZyYW1lSAASIAoFZXJyb3IYDSABKAsyDy5wbGF6YS52MS5FcnJvckgAEh4KBHBvbmcYDiABKAsyDi5wbGF6YS52MS5Qb25nSAASKgoKY29ycmVjdGlvbhgPIAEoCzIULnBsYXphLnYxLkNvcnJlY3Rpb25IABIgCgVldmVudBgQIAEoCzIPLnBsYXphLnYxLkV2ZW50SAASHgoEbGVmdBgRIAEoCzIOLnBsYXphLnYxLkxlZnRIABIwCgtleHByZXNzaW9ucxgSIAEoCzIZLnBsYXphLnYxLkV4cHJlc3Npb25GcmFtZUgAEisKC3Jvb21fc3RhdHVzGBMgASgLMhQucGxhemEudjEuUm9vbVN0YXR1c0gAQgYKBGJvZHkiYQoKUm9vbVN0YXR1cxIPCgdyb29tX2lkGAEgASgJEiYKBGtpbmQYAiABKA4yGC5wbGF6YS52MS5Sb29tU3RhdHVzS2luZBIaChJyZWNvbm5lY3RfYWZ0ZXJfbXMYAyABKA0ilAEKCk5lZ290aWF0ZWQSKgoHdmVyc2lvbhgBIAEoCzIZLnBsYXphLnYxLlByb3RvY29sVmVyc2lvbhISCgpzZXNzaW9uX2lkGAIgASgEEg4KBndhbGxldBgDIAEoCRIUCgxyZXN1bWVfdG9rZW4YBCABKAkSIAoGbGltaXRzGAUgASgLMhAucGxhemEudjEuTGltaXRzIlQKBkxpbWl0cxIXCg9tYXhfZnJhbWVfYnl0ZXMYASABKA0SFwoPbWF4X21vdmVtZW50X2h6GAIgASgNEhgKEG1heF9ldmVudHNfcGVyX3MYAyABKA0i9wEKBkpvaW5lZBIPCgdyb29tX2lkGAEgASgJEhEKCWVudGl0eV9pZBgCIAEoDRIPCgd0aWNrX2h6GAMgASgNEhQKDGJyb2FkY2FzdF9oehgEIAEoDRItCg1jYXBhY2l0eV90aWVyGAUgASgOMhYucGxhemEudjEuQ2FwYWNpdHlUaWVyEhQKDGludGVyZXN0X2NhcBgGIAEoDRIgCghwb3NpdGlvbhgHIAEoCzIOLnBsYXphLnYxLlZlYzMSJwoEcm9vbRgIIAEoCzIZLnBsYXphLnYxLlJvb21EZXNjcmlwdGlvbhISCgpyb3RhdGlvbl95GAkgASgCIv4CCg9Sb29tRGVzY3JpcHRpb24SIgoKYm91bmRzX21pbhgBIAEoCzIOLnBsYXphLnYxLlZlYzMSIgoKYm91bmRzX21heBgCIAEoCzIOLnBsYXphLnYxLlZlYzMSEAoIZ3JvdW5kX3kYAyABKAISJQoJY2VsbF9ncmlkGAQgASgLMhIucGxhemEudjEuQ2VsbEdyaWQSKwoMZGVzdGluYXRpb25zGAUgAygLMhUucGxhemEudjEuRGVzdGluYXRpb24SKAoGbGltaXRzGAYgASgLMhgucGxhemEudjEuTW92ZW1lbnRMaW1pdHMSEwoLbWF4X21lbWJlcnMYByABKA0SGgoSYnVkZ2V0X2J5dGVzX3Blcl9zGAggASgNEhUKDWV4cHJlc3Npb25faHoYCSABKA0SEgoKZGVmaW5pdGlvbhgKIAEoCRIdChVjYXBzdWxlX2hhbGZfaGVpZ2h0X20YCyABKAISGAoQY2Fwc3VsZV9yYWRpdXNfbRgMIAEoAiJbCghDZWxsR3JpZBITCgtjZWxsX3NpemVfbRgBIAEoAhINCgVtaW5feBgCIAEoBRINCgVtaW5fehgDIAEoBRINCgV3aWR0aBgEIAEoDRINCgVkZXB0aBgFIAEoDSKxAQoLRGVzdGluYXRpb24SDAoEbmFtZRgBIAEoCRInCgRraW5kGAIgASgOMhkucGxhemEudjEuRGVzdGluYXRpb25LaW5kEiAKCHBvc2l0aW9uGAMgASgLMg4ucGxhemEudjEuVmVjMxISCgpyb3RhdGlvbl95GAQgASgCEhAKCHJhZGl1c19tGAUgASgCEg4KBnRhcmdldBgGIAEoCRITCgtyZXF1ZXN0YWJsZRgHIAEoCCKYAQoOTW92ZW1lbnRMaW1pdHMSFQoNbWF4X3NwZWVkX21wcxgBIAEoAhIbChN0ZWxlcG9ydF9kaXN0YW5jZV9tGAIgASgCEhkKEWNsb2NrX3RvbGVyYW5jZV9zGAMgASgCEhcKD3NwZWVkX3RvbGVyYW5jZRgEIAEoAhIeChZtYXhfdmVydGljYWxfc3BlZWRfbXBzGAUgASgCIhcKBExlZnQSDwoHcm9vbV9pZBgBIAEoCSIeCg1TbmFwc2hvdEZyYW1lEg0KBWZyYW1lGAEgASgMIpoBCgVFcnJvchIhCgRjb2RlGAEgASgOMhMucGxhemEudjEuRXJyb3JDb2RlEg8KB21lc3NhZ2UYAiABKAkSNQoSc3VwcG9ydGVkX3ZlcnNpb25zGAMgAygLMhkucGxhemEudjEuUHJvdG9jb2xWZXJzaW9uEhEKCXJldHJ5YWJsZRgEIAEoCBITCgtpbl9yZXBseV90bxgFIAEoDSI2CgRQb25nEhYKDmNsaWVudF90aW1lX21zGAEgASgEEhYKDnNlcnZlcl90aW1lX21zGAIgASgEIqkBCgpDb3JyZWN0aW9uEiYKBnJlYXNvbhgBIAEoDjIWLnBsYXphLnYxLlJlamVjdFJlYXNvbhIgCghwb3NpdGlvbhgCIAEoCzIOLnBsYXphLnYxLlZlYzMSIAoIdmVsb2NpdHkYAyABKAsyDi5wbGF6YS52MS5WZWMzEhIKCnJvdGF0aW9uX3kYBCABKAISGwoTbGFzdF9pbnB1dF9zZXF1ZW5jZRgFIAEoDSLOAwoFRXZlbnQSEAoIcm9vbV9zZXEYASABKAQSIwoEcHJvcBgKIAEoCzITLnBsYXphLnYxLlByb3BFdmVudEgAEikKB2NvbnNlbnQYCyABKAsyFi5wbGF6YS52MS5Db25zZW50RXZlbnRIABIlCgVlbW90ZRgMIAEoCzIULnBsYXphLnYxLkVtb3RlRXZlbnRIABIpCgpzY2VuZV90aWNrGA0gASgLMhMucGxhemEudjEuU2NlbmVUaWNrSAASKQoKc2NlbmVfc3luYxgOIAEoCzITLnBsYXphLnYxLlNjZW5lU3luY0gAEi0KCHJlamVjdGVkGA8gASgLMhkucGxhemEudjEuUmVxdWVzdFJlamVjdGVkSAASMgoMc2NlbmVfY2xpZW50GBAgASgLMhoucGxhemEudjEuU2NlbmVDbGllbnRFdmVudEgAEigKBnJvc3RlchgRIAEoCzIWLnBsYXphLnYxLlJvc3RlclVwZGF0ZUgAEioKCnRlbGVwb3J0ZWQYEiABKAsyFC5wbGF6YS52MS5UZWxlcG9ydGVkSAASJQoFYmxvY2sYEyABKAsyFC5wbGF6YS52MS5CbG9ja0V2ZW50SABCBgoEa2luZCJfCgtSb3N0ZXJFbnRyeRIRCgllbnRpdHlfaWQYASABKA0SDgoGd2FsbGV0GAIgASgJEhQKDGRpc3BsYXlfbmFtZRgDIAEoCRIXCg9wcm9maWxlX3ZlcnNpb24YBCABKAQiVQoMUm9zdGVyVXBkYXRlEgwKBGZ1bGwYASABKAgSJgoHdXBzZXJ0cxgCIAMoCzIVLnBsYXphLnYxLlJvc3RlckVudHJ5Eg8KB3JlbW92ZWQYAyADKA0irwEKClRlbGVwb3J0ZWQSEQoJZW50aXR5X2lkGAEgASgNEiAKCHBvc2l0aW9uGAIgASgLMg4ucGxhemEudjEuVmVjMxISCgpyb3RhdGlvbl95GAMgASgCEhMKC2Rlc3RpbmF0aW9uGAQgASgJEiYKBWNhdXNlGAUgASgOMhcucGxhemEudjEuVGVsZXBvcnRDYXVzZRIbChNsYXN0X2lucHV0X3NlcXVlbmNlGAYgASgNIksKCkJsb2NrRXZlbnQSFQoNdGFyZ2V0X3dhbGxldBgBIAEoCRIVCg10YXJnZXRfZW50aXR5GAIgASgNEg8KB2Jsb2NrZWQYAyABKAgiUQoPRXhwcmVzc2lvblN0YXRlEhEKCWVudGl0eV9pZBgBIAEoDRIVCg1leHByZXNzaW9uX2lkGAIgASgNEhQKDGludGVuc2l0eV9icBgDIAEoDSJYCg9FeHByZXNzaW9uRnJhbWUSDAoEdGljaxgBIAEoBBIMCgRmdWxsGAIgASgIEikKBnN0YXRlcxgDIAMoCzIZLnBsYXphLnYxLkV4cHJlc3Npb25TdGF0ZSKQAQoJUHJvcEV2ZW50Eg8KB3Byb3BfaWQYASABKA0SFQoNaG9sZGVyX2VudGl0eRgCIAEoDRIQCghyZXZpc2lvbhgDIAEoBBInCgRraW5kGAQgASgOMhkucGxhemEudjEuSW50ZXJhY3Rpb25LaW5kEiAKCHBvc2l0aW9uGAUgASgLMg4ucGxhemEudjEuVmVjMyJwCgxDb25zZW50RXZlbnQSEgoKY29uc2VudF9pZBgBIAEoBBIMCgRraW5kGAIgASgJEhgKEHJlcXVlc3Rlcl9lbnRpdHkYAyABKA0SFQoNdGFyZ2V0X2VudGl0eRgEIAEoDRINCgVzdGF0ZRgFIAEoCSJ+CgpFbW90ZUV2ZW50EhEKCWVudGl0eV9pZBgBIAEoDRIQCghlbW90ZV9pZBgCIAEoCRIMCgRzdG9wGAMgASgIEhQKDHRpbWVzdGFtcF9tcxgEIAEoBBITCgtpbl9wcm9ncmVzcxgFIAEoCBISCgplbGFwc2VkX21zGAYgASgEIlgKCVNjZW5lVGljaxIQCghzY2VuZV9pZBgBIAEoCRIMCgR0aWNrGAIgASgEEisKB2FjdGlvbnMYAyADKAsyGi5wbGF6YS52MS5TY2VuZUFjdGlvbkVudHJ5IjYKEFNjZW5lQWN0aW9uRW50cnkSEQoJZW50aXR5X2lkGAEgASgNEg8KB3BheWxvYWQYAiABKAwilAEKCVNjZW5lU3luYxIQCghzY2VuZV9pZBgBIAEoCRIMCgR0aWNrGAIgASgEEhIKCmdhbWVfc3RhdGUYAyABKAwSFAoMY2xpZW50X3N0YXRlGAQgASgJEiYKB21lbWJlcnMYBSADKAsyFS5wbGF6YS52MS5TY2VuZU1lbWJlchIVCg1tYXN0ZXJfZW50aXR5GAYgASgNIjYKC1NjZW5lTWVtYmVyEhEKCWVudGl0eV9pZBgBIAEoDRIUCgxjbGllbnRfc3RhdGUYAiABKAkiNgoPUmVxdWVzdFJlamVjdGVkEhMKC2luX3JlcGx5X3RvGAEgASgNEg4KBnJlYXNvbhgCIAEoCSKJAQoQU2NlbmVDbGllbnRFdmVudBIQCghzY2VuZV9pZBgBIAEoCRIRCgllbnRpdHlfaWQYAiABKA0SLAoEa2luZBgDIAEoDjIeLnBsYXphLnYxLlNjZW5lQ2xpZW50RXZlbnRLaW5kEhQKDGNsaWVudF9zdGF0ZRgEIAEoCRIMCgR0aWNrGAUgASgEKmwKDE1vdmVtZW50S2luZBIWChJNT1ZFTUVOVF9LSU5EX0lETEUQABIWChJNT1ZFTUVOVF9LSU5EX1dBTEsQARIVChFNT1ZFTUVOVF9LSU5EX0pPRxACEhUKEU1PVkVNRU5UX0tJTkRfUlVOEAMqxAEKCEFuaW1GbGFnEhIKDkFOSU1fRkxBR19OT05FEAASFgoSQU5JTV9GTEFHX0dST1VOREVEEAESFQoRQU5JTV9GTEFHX0ZBTExJTkcQAhIXChNBTklNX0ZMQUdfTE9OR19KVU1QEAQSFwoTQU5JTV9GTEFHX0xPTkdfRkFMTBAIEhUKEUFOSU1fRkxBR19TVFVOTkVEEBASFQoRQU5JTV9GTEFHX1NMSURJTkcQIBIVChFBTklNX0ZMQUdfRU1PVElORxBAKo4BCgxSZXN5bmNSZWFzb24SHQoZUkVTWU5DX1JFQVNPTl9VTlNQRUNJRklFRBAAEh0KGVJFU1lOQ19SRUFTT05fQ0hBSU5fQlJFQUsQARIgChxSRVNZTkNfUkVBU09OX0NIRUNLX01JU01BVENIEAISHgoaUkVTWU5DX1JFQVNPTl9ERUNPREVfRVJST1IQAyqjAQoPSW50ZXJhY3Rpb25LaW5kEiAKHElOVEVSQUNUSU9OX0tJTkRfVU5TUEVDSUZJRUQQABIbChdJTlRFUkFDVElPTl9LSU5EX1BJQ0tVUBABEhoKFklOVEVSQUNUSU9OX0tJTkRfUExBQ0UQAhIaChZJTlRFUkFDVElPTl9LSU5EX1RIUk9XEAMSGQoVSU5URVJBQ1RJT05fS0lORF9EUk9QEAQqtwEKCUNvbnNlbnRPcBIaChZDT05TRU5UX09QX1VOU1BFQ0lGSUVEEAASFgoSQ09OU0VOVF9PUF9SRVFVRVNUEAESFgoSQ09OU0VOVF9PUF9DT05TRU5UEAISFgoSQ09OU0VOVF9PUF9ERUNMSU5FEAMSFwoTQ09OU0VOVF9PUF9BQ1RJVkFURRAEEhYKEkNPTlNFTlRfT1BfUkVMRUFTRRAFEhUKEUNPTlNFTlRfT1BfQ0FOQ0VMEAYqTQoHQmxvY2tPcBIYChRCTE9DS19PUF9VTlNQRUNJRklFRBAAEhIKDkJMT0NLX09QX0JMT0NLEAESFAoQQkxPQ0tfT1BfVU5CTE9DSxACKqUBCg5TY2VuZUNvbnRyb2xPcBIgChxTQ0VORV9DT05UUk9MX09QX1VOU1BFQ0lGSUVEEAASGQoVU0NFTkVfQ09OVFJPTF9PUF9KT0lOEAESGgoWU0NFTkVfQ09OVFJPTF9PUF9MRUFWRRACEh4KGlNDRU5FX0NPTlRST0xfT1BfQ0FVR0hUX1VQEAMSGgoWU0NFTkVfQ09OVFJPTF9PUF9TVEFURRAEKooBCg5Sb29tU3RhdHVzS2luZBIgChxST09NX1NUQVRVU19LSU5EX1VOU1BFQ0lGSUVEEAASGwoXUk9PTV9TVEFUVVNfS0lORF9NT1ZJTkcQARIZChVST09NX1NUQVRVU19LSU5EX0JBQ0sQAhIeChpST09NX1NUQVRVU19LSU5EX1JFQ09OTkVDVBADKkIKDENhcGFjaXR5VGllchIXChNDQVBBQ0lUWV9USUVSX0NMQVNTEAASGQoVQ0FQQUNJVFlfVElFUl9TVEFESVVNEAEqbAoPRGVzdGluYXRpb25LaW5kEiAKHERFU1RJTkFUSU9OX0tJTkRfVU5TUEVDSUZJRUQQABIaChZERVNUSU5BVElPTl9LSU5EX1NQQVdOEAESGwoXREVTVElOQVRJT05fS0lORF9QT1JUQUwQAirXAwoJRXJyb3JDb2RlEhoKFkVSUk9SX0NPREVfVU5TUEVDSUZJRUQQABIiCh5FUlJPUl9DT0RFX1VOU1VQUE9SVEVEX1ZFUlNJT04QARIYChRFUlJPUl9DT0RFX0JBRF9GUkFNRRACEh4KGkVSUk9SX0NPREVfRlJBTUVfVE9PX0xBUkdFEAMSGwoXRVJST1JfQ09ERV9SQVRFX0xJTUlURUQQBBIYChRFUlJPUl9DT0RFX1JPT01fRlVMTBAFEhMKD0VSUk9SX0NPREVfQVVUSBAGEhkKFUVSUk9SX0NPREVfTk9UX0pPSU5FRBAHEh0KGUVSUk9SX0NPREVfQUxSRUFEWV9KT0lORUQQCBIfChtFUlJPUl9DT0RFX1JPT01fVU5BVkFJTEFCTEUQCRIcChhFUlJPUl9DT0RFX0lOVkFMSURfSU5QVVQQChIcChhFUlJPUl9DT0RFX1NMT1dfQ09OU1VNRVIQCxIgChxFUlJPUl9DT0RFX0hBTkRTSEFLRV9USU1FT1VUEAwSGQoVRVJST1JfQ09ERV9HT0lOR19BV0FZEA0SFwoTRVJST1JfQ09ERV9JTlRFUk5BTBAOEhcKE0VSUk9SX0NPREVfUkVKRUNURUQQDyq2AgoMUmVqZWN0UmVhc29uEh0KGVJFSkVDVF9SRUFTT05fVU5TUEVDSUZJRUQQABIXChNSRUpFQ1RfUkVBU09OX1NQRUVEEAESHAoYUkVKRUNUX1JFQVNPTl9OT05fRklOSVRFEAISIQodUkVKRUNUX1JFQVNPTl9OT05fUE9TSVRJVkVfRFQQAxIfChtSRUpFQ1RfUkVBU09OX09VVF9PRl9CT1VORFMQBBIaChZSRUpFQ1RfUkVBU09OX1RFTEVQT1JUEAUSGQoVUkVKRUNUX1JFQVNPTl9CTE9DS0VEEAYSFwoTUkVKRUNUX1JFQVNPTl9DTE9DSxAHEhoKFlJFSkVDVF9SRUFTT05fQUlSQk9STkUQCBIgChxSRUpFQ1RfUkVBU09OX1VOS05PV05fRU5USVRZEAkqgwEKDVRlbGVwb3J0Q2F1c2USHgoaVEVMRVBPUlRfQ0FVU0VfVU5TUEVDSUZJRUQQABIaChZURUxFUE9SVF9DQVVTRV9SRVFVRVNUEAESGQoVVEVMRVBPUlRfQ0FVU0VfUE9SVEFMEAISGwoXVEVMRVBPUlRfQ0FVU0VfT1BFUkFUT1IQAyqKAwoUU2NlbmVDbGllbnRFdmVudEtpbmQSJwojU0NFTkVfQ0xJRU5UX0VWRU5UX0tJTkRfVU5TUEVDSUZJRUQQABIpCiVTQ0VORV9DTElFTlRfRVZFTlRfS0lORF9DTElFTlRfSk9JTkVEEAESKgomU0NFTkVfQ0xJRU5UX0VWRU5UX0tJTkRfQkVHSU5fQ0FUQ0hfVVAQAhIlCiFTQ0VORV9DTElFTlRfRVZFTlRfS0lORF9DQVVHSFRfVVAQAxInCiNTQ0VORV9DTElFTlRfRVZFTlRfS0lORF9DTElFTlRfTEVGVBAEEioKJlNDRU5FX0NMSUVOVF9FVkVOVF9LSU5EX01BU1RFUl9DSEFOR0VEEAUSKwonU0NFTkVfQ0xJRU5UX0VWRU5UX0tJTkRfU1RBVEVfUkVRVUVTVEVEEAYSJgoiU0NFTkVfQ0xJRU5UX0VWRU5UX0tJTkRfU1lOQ19SRVRSWRAHEiEKHVNDRU5FX0NMSUVOVF9FVkVOVF9LSU5EX0FMT05FEAhiBnByb3RvMw");
 
 /**
  * A protocol version. Negotiation picks the highest version both sides list.
@@ -840,6 +840,14 @@ export type ServerEnvelope = Message<"plaza.v1.ServerEnvelope"> & {
      */
     value: ExpressionFrame;
     case: "expressions";
+  } | {
+    /**
+     * The gateway's word on the session's room (RoomStatus below).
+     *
+     * @generated from field: plaza.v1.RoomStatus room_status = 19;
+     */
+    value: RoomStatus;
+    case: "roomStatus";
   } | { case: undefined; value?: undefined };
 };
 
@@ -849,6 +857,44 @@ export type ServerEnvelope = Message<"plaza.v1.ServerEnvelope"> & {
  */
 export const ServerEnvelopeSchema: GenMessage<ServerEnvelope> = /*@__PURE__*/
   messageDesc(file_plaza_v1_client, 20);
+
+/**
+ * The gateway's word on the session's room while it moves between nodes (sent by the gateway,
+ * sequence 0). MOVING: the room's stream broke or went silent (its node died, drains, is paused
+ * or unreachable) and the gateway is re-attaching the session; the connection stays open, pings
+ * are answered, the latest movement is kept for the room and other inputs are refused with a
+ * retryable ROOM_UNAVAILABLE error. BACK: the room answers again; frames follow (a Joined and a
+ * keyframe first when it is a new activation). RECONNECT: this gateway is going away (a roll):
+ * close, then reconnect with the resume token after `reconnect_after_ms` (each client gets its
+ * own delay, spread over a window, so a roll is not a reconnect storm); room_id may be empty.
+ *
+ * @generated from message plaza.v1.RoomStatus
+ */
+export type RoomStatus = Message<"plaza.v1.RoomStatus"> & {
+  /**
+   * @generated from field: string room_id = 1;
+   */
+  roomId: string;
+
+  /**
+   * @generated from field: plaza.v1.RoomStatusKind kind = 2;
+   */
+  kind: RoomStatusKind;
+
+  /**
+   * RECONNECT only: how long to wait before reconnecting, milliseconds.
+   *
+   * @generated from field: uint32 reconnect_after_ms = 3;
+   */
+  reconnectAfterMs: number;
+};
+
+/**
+ * Describes the message plaza.v1.RoomStatus.
+ * Use `create(RoomStatusSchema)` to create a new message.
+ */
+export const RoomStatusSchema: GenMessage<RoomStatus> = /*@__PURE__*/
+  messageDesc(file_plaza_v1_client, 21);
 
 /**
  * @generated from message plaza.v1.Negotiated
@@ -889,7 +935,7 @@ export type Negotiated = Message<"plaza.v1.Negotiated"> & {
  * Use `create(NegotiatedSchema)` to create a new message.
  */
 export const NegotiatedSchema: GenMessage<Negotiated> = /*@__PURE__*/
-  messageDesc(file_plaza_v1_client, 21);
+  messageDesc(file_plaza_v1_client, 22);
 
 /**
  * The limits the gateway enforces on this session.
@@ -918,7 +964,7 @@ export type Limits = Message<"plaza.v1.Limits"> & {
  * Use `create(LimitsSchema)` to create a new message.
  */
 export const LimitsSchema: GenMessage<Limits> = /*@__PURE__*/
-  messageDesc(file_plaza_v1_client, 22);
+  messageDesc(file_plaza_v1_client, 23);
 
 /**
  * @generated from message plaza.v1.Joined
@@ -983,7 +1029,7 @@ export type Joined = Message<"plaza.v1.Joined"> & {
  * Use `create(JoinedSchema)` to create a new message.
  */
 export const JoinedSchema: GenMessage<Joined> = /*@__PURE__*/
-  messageDesc(file_plaza_v1_client, 23);
+  messageDesc(file_plaza_v1_client, 24);
 
 /**
  * The room a client joined (Joined.room), from the room's definition (docs/CONFIG.md `rooms`).
@@ -1077,7 +1123,7 @@ export type RoomDescription = Message<"plaza.v1.RoomDescription"> & {
  * Use `create(RoomDescriptionSchema)` to create a new message.
  */
 export const RoomDescriptionSchema: GenMessage<RoomDescription> = /*@__PURE__*/
-  messageDesc(file_plaza_v1_client, 24);
+  messageDesc(file_plaza_v1_client, 25);
 
 /**
  * The compressed-movement grid: cell index = (cx - min_x) + (cz - min_z) * width, where
@@ -1117,7 +1163,7 @@ export type CellGrid = Message<"plaza.v1.CellGrid"> & {
  * Use `create(CellGridSchema)` to create a new message.
  */
 export const CellGridSchema: GenMessage<CellGrid> = /*@__PURE__*/
-  messageDesc(file_plaza_v1_client, 25);
+  messageDesc(file_plaza_v1_client, 26);
 
 /**
  * @generated from message plaza.v1.Destination
@@ -1172,7 +1218,7 @@ export type Destination = Message<"plaza.v1.Destination"> & {
  * Use `create(DestinationSchema)` to create a new message.
  */
 export const DestinationSchema: GenMessage<Destination> = /*@__PURE__*/
-  messageDesc(file_plaza_v1_client, 26);
+  messageDesc(file_plaza_v1_client, 27);
 
 /**
  * The limits the room's movement validation enforces (docs/PROTOCOL.md section 5).
@@ -1221,7 +1267,7 @@ export type MovementLimits = Message<"plaza.v1.MovementLimits"> & {
  * Use `create(MovementLimitsSchema)` to create a new message.
  */
 export const MovementLimitsSchema: GenMessage<MovementLimits> = /*@__PURE__*/
-  messageDesc(file_plaza_v1_client, 27);
+  messageDesc(file_plaza_v1_client, 28);
 
 /**
  * @generated from message plaza.v1.Left
@@ -1238,7 +1284,7 @@ export type Left = Message<"plaza.v1.Left"> & {
  * Use `create(LeftSchema)` to create a new message.
  */
 export const LeftSchema: GenMessage<Left> = /*@__PURE__*/
-  messageDesc(file_plaza_v1_client, 28);
+  messageDesc(file_plaza_v1_client, 29);
 
 /**
  * A delta-snapshot frame (docs/PROTOCOL.md, "Snapshot frame").
@@ -1257,7 +1303,7 @@ export type SnapshotFrame = Message<"plaza.v1.SnapshotFrame"> & {
  * Use `create(SnapshotFrameSchema)` to create a new message.
  */
 export const SnapshotFrameSchema: GenMessage<SnapshotFrame> = /*@__PURE__*/
-  messageDesc(file_plaza_v1_client, 29);
+  messageDesc(file_plaza_v1_client, 30);
 
 /**
  * @generated from message plaza.v1.Error
@@ -1300,7 +1346,7 @@ export type Error = Message<"plaza.v1.Error"> & {
  * Use `create(ErrorSchema)` to create a new message.
  */
 export const ErrorSchema: GenMessage<Error> = /*@__PURE__*/
-  messageDesc(file_plaza_v1_client, 30);
+  messageDesc(file_plaza_v1_client, 31);
 
 /**
  * @generated from message plaza.v1.Pong
@@ -1322,7 +1368,7 @@ export type Pong = Message<"plaza.v1.Pong"> & {
  * Use `create(PongSchema)` to create a new message.
  */
 export const PongSchema: GenMessage<Pong> = /*@__PURE__*/
-  messageDesc(file_plaza_v1_client, 31);
+  messageDesc(file_plaza_v1_client, 32);
 
 /**
  * The server rejected an input: here is the authoritative pose.
@@ -1363,7 +1409,7 @@ export type Correction = Message<"plaza.v1.Correction"> & {
  * Use `create(CorrectionSchema)` to create a new message.
  */
 export const CorrectionSchema: GenMessage<Correction> = /*@__PURE__*/
-  messageDesc(file_plaza_v1_client, 32);
+  messageDesc(file_plaza_v1_client, 33);
 
 /**
  * A discrete room event (interactions, consent, emotes, scene actions).
@@ -1453,7 +1499,7 @@ export type Event = Message<"plaza.v1.Event"> & {
  * Use `create(EventSchema)` to create a new message.
  */
 export const EventSchema: GenMessage<Event> = /*@__PURE__*/
-  messageDesc(file_plaza_v1_client, 33);
+  messageDesc(file_plaza_v1_client, 34);
 
 /**
  * Who one avatar is.
@@ -1493,7 +1539,7 @@ export type RosterEntry = Message<"plaza.v1.RosterEntry"> & {
  * Use `create(RosterEntrySchema)` to create a new message.
  */
 export const RosterEntrySchema: GenMessage<RosterEntry> = /*@__PURE__*/
-  messageDesc(file_plaza_v1_client, 34);
+  messageDesc(file_plaza_v1_client, 35);
 
 /**
  * The roster: for every avatar in this client's frames, who it is. A message with `full` set
@@ -1528,7 +1574,7 @@ export type RosterUpdate = Message<"plaza.v1.RosterUpdate"> & {
  * Use `create(RosterUpdateSchema)` to create a new message.
  */
 export const RosterUpdateSchema: GenMessage<RosterUpdate> = /*@__PURE__*/
-  messageDesc(file_plaza_v1_client, 35);
+  messageDesc(file_plaza_v1_client, 36);
 
 /**
  * The server moved an avatar. The avatar's next frame record carries the instant bit (every
@@ -1578,7 +1624,7 @@ export type Teleported = Message<"plaza.v1.Teleported"> & {
  * Use `create(TeleportedSchema)` to create a new message.
  */
 export const TeleportedSchema: GenMessage<Teleported> = /*@__PURE__*/
-  messageDesc(file_plaza_v1_client, 36);
+  messageDesc(file_plaza_v1_client, 37);
 
 /**
  * A block or unblock took effect (to the member who asked).
@@ -1609,7 +1655,7 @@ export type BlockEvent = Message<"plaza.v1.BlockEvent"> & {
  * Use `create(BlockEventSchema)` to create a new message.
  */
 export const BlockEventSchema: GenMessage<BlockEvent> = /*@__PURE__*/
-  messageDesc(file_plaza_v1_client, 37);
+  messageDesc(file_plaza_v1_client, 38);
 
 /**
  * One avatar's expression as this client holds it.
@@ -1640,7 +1686,7 @@ export type ExpressionState = Message<"plaza.v1.ExpressionState"> & {
  * Use `create(ExpressionStateSchema)` to create a new message.
  */
 export const ExpressionStateSchema: GenMessage<ExpressionState> = /*@__PURE__*/
-  messageDesc(file_plaza_v1_client, 38);
+  messageDesc(file_plaza_v1_client, 39);
 
 /**
  * The expression channel (seed 004): at most `RoomDescription.expression_hz` messages per second,
@@ -1677,7 +1723,7 @@ export type ExpressionFrame = Message<"plaza.v1.ExpressionFrame"> & {
  * Use `create(ExpressionFrameSchema)` to create a new message.
  */
 export const ExpressionFrameSchema: GenMessage<ExpressionFrame> = /*@__PURE__*/
-  messageDesc(file_plaza_v1_client, 39);
+  messageDesc(file_plaza_v1_client, 40);
 
 /**
  * @generated from message plaza.v1.PropEvent
@@ -1716,7 +1762,7 @@ export type PropEvent = Message<"plaza.v1.PropEvent"> & {
  * Use `create(PropEventSchema)` to create a new message.
  */
 export const PropEventSchema: GenMessage<PropEvent> = /*@__PURE__*/
-  messageDesc(file_plaza_v1_client, 40);
+  messageDesc(file_plaza_v1_client, 41);
 
 /**
  * @generated from message plaza.v1.ConsentEvent
@@ -1753,7 +1799,7 @@ export type ConsentEvent = Message<"plaza.v1.ConsentEvent"> & {
  * Use `create(ConsentEventSchema)` to create a new message.
  */
 export const ConsentEventSchema: GenMessage<ConsentEvent> = /*@__PURE__*/
-  messageDesc(file_plaza_v1_client, 41);
+  messageDesc(file_plaza_v1_client, 42);
 
 /**
  * @generated from message plaza.v1.EmoteEvent
@@ -1798,7 +1844,7 @@ export type EmoteEvent = Message<"plaza.v1.EmoteEvent"> & {
  * Use `create(EmoteEventSchema)` to create a new message.
  */
 export const EmoteEventSchema: GenMessage<EmoteEvent> = /*@__PURE__*/
-  messageDesc(file_plaza_v1_client, 42);
+  messageDesc(file_plaza_v1_client, 43);
 
 /**
  * @generated from message plaza.v1.SceneTick
@@ -1825,7 +1871,7 @@ export type SceneTick = Message<"plaza.v1.SceneTick"> & {
  * Use `create(SceneTickSchema)` to create a new message.
  */
 export const SceneTickSchema: GenMessage<SceneTick> = /*@__PURE__*/
-  messageDesc(file_plaza_v1_client, 43);
+  messageDesc(file_plaza_v1_client, 44);
 
 /**
  * @generated from message plaza.v1.SceneActionEntry
@@ -1847,7 +1893,7 @@ export type SceneActionEntry = Message<"plaza.v1.SceneActionEntry"> & {
  * Use `create(SceneActionEntrySchema)` to create a new message.
  */
 export const SceneActionEntrySchema: GenMessage<SceneActionEntry> = /*@__PURE__*/
-  messageDesc(file_plaza_v1_client, 44);
+  messageDesc(file_plaza_v1_client, 45);
 
 /**
  * @generated from message plaza.v1.SceneSync
@@ -1893,7 +1939,7 @@ export type SceneSync = Message<"plaza.v1.SceneSync"> & {
  * Use `create(SceneSyncSchema)` to create a new message.
  */
 export const SceneSyncSchema: GenMessage<SceneSync> = /*@__PURE__*/
-  messageDesc(file_plaza_v1_client, 45);
+  messageDesc(file_plaza_v1_client, 46);
 
 /**
  * @generated from message plaza.v1.SceneMember
@@ -1915,7 +1961,7 @@ export type SceneMember = Message<"plaza.v1.SceneMember"> & {
  * Use `create(SceneMemberSchema)` to create a new message.
  */
 export const SceneMemberSchema: GenMessage<SceneMember> = /*@__PURE__*/
-  messageDesc(file_plaza_v1_client, 46);
+  messageDesc(file_plaza_v1_client, 47);
 
 /**
  * @generated from message plaza.v1.RequestRejected
@@ -1937,7 +1983,7 @@ export type RequestRejected = Message<"plaza.v1.RequestRejected"> & {
  * Use `create(RequestRejectedSchema)` to create a new message.
  */
 export const RequestRejectedSchema: GenMessage<RequestRejected> = /*@__PURE__*/
-  messageDesc(file_plaza_v1_client, 47);
+  messageDesc(file_plaza_v1_client, 48);
 
 /**
  * A lockstep scene membership event (seed 001's OnClientJoined, OnClientBeginCatchUp,
@@ -1984,7 +2030,7 @@ export type SceneClientEvent = Message<"plaza.v1.SceneClientEvent"> & {
  * Use `create(SceneClientEventSchema)` to create a new message.
  */
 export const SceneClientEventSchema: GenMessage<SceneClientEvent> = /*@__PURE__*/
-  messageDesc(file_plaza_v1_client, 48);
+  messageDesc(file_plaza_v1_client, 49);
 
 /**
  * @generated from enum plaza.v1.MovementKind
@@ -2256,6 +2302,37 @@ export const SceneControlOpSchema: GenEnum<SceneControlOp> = /*@__PURE__*/
   enumDesc(file_plaza_v1_client, 6);
 
 /**
+ * @generated from enum plaza.v1.RoomStatusKind
+ */
+export enum RoomStatusKind {
+  /**
+   * @generated from enum value: ROOM_STATUS_KIND_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * @generated from enum value: ROOM_STATUS_KIND_MOVING = 1;
+   */
+  MOVING = 1,
+
+  /**
+   * @generated from enum value: ROOM_STATUS_KIND_BACK = 2;
+   */
+  BACK = 2,
+
+  /**
+   * @generated from enum value: ROOM_STATUS_KIND_RECONNECT = 3;
+   */
+  RECONNECT = 3,
+}
+
+/**
+ * Describes the enum plaza.v1.RoomStatusKind.
+ */
+export const RoomStatusKindSchema: GenEnum<RoomStatusKind> = /*@__PURE__*/
+  enumDesc(file_plaza_v1_client, 7);
+
+/**
  * @generated from enum plaza.v1.CapacityTier
  */
 export enum CapacityTier {
@@ -2274,7 +2351,7 @@ export enum CapacityTier {
  * Describes the enum plaza.v1.CapacityTier.
  */
 export const CapacityTierSchema: GenEnum<CapacityTier> = /*@__PURE__*/
-  enumDesc(file_plaza_v1_client, 7);
+  enumDesc(file_plaza_v1_client, 8);
 
 /**
  * @generated from enum plaza.v1.DestinationKind
@@ -2305,7 +2382,7 @@ export enum DestinationKind {
  * Describes the enum plaza.v1.DestinationKind.
  */
 export const DestinationKindSchema: GenEnum<DestinationKind> = /*@__PURE__*/
-  enumDesc(file_plaza_v1_client, 8);
+  enumDesc(file_plaza_v1_client, 9);
 
 /**
  * @generated from enum plaza.v1.ErrorCode
@@ -2396,7 +2473,7 @@ export enum ErrorCode {
  * Describes the enum plaza.v1.ErrorCode.
  */
 export const ErrorCodeSchema: GenEnum<ErrorCode> = /*@__PURE__*/
-  enumDesc(file_plaza_v1_client, 9);
+  enumDesc(file_plaza_v1_client, 10);
 
 /**
  * @generated from enum plaza.v1.RejectReason
@@ -2461,7 +2538,7 @@ export enum RejectReason {
  * Describes the enum plaza.v1.RejectReason.
  */
 export const RejectReasonSchema: GenEnum<RejectReason> = /*@__PURE__*/
-  enumDesc(file_plaza_v1_client, 10);
+  enumDesc(file_plaza_v1_client, 11);
 
 /**
  * @generated from enum plaza.v1.TeleportCause
@@ -2498,7 +2575,7 @@ export enum TeleportCause {
  * Describes the enum plaza.v1.TeleportCause.
  */
 export const TeleportCauseSchema: GenEnum<TeleportCause> = /*@__PURE__*/
-  enumDesc(file_plaza_v1_client, 11);
+  enumDesc(file_plaza_v1_client, 12);
 
 /**
  * @generated from enum plaza.v1.SceneClientEventKind
@@ -2561,5 +2638,5 @@ export enum SceneClientEventKind {
  * Describes the enum plaza.v1.SceneClientEventKind.
  */
 export const SceneClientEventKindSchema: GenEnum<SceneClientEventKind> = /*@__PURE__*/
-  enumDesc(file_plaza_v1_client, 12);
+  enumDesc(file_plaza_v1_client, 13);
 
