@@ -513,17 +513,22 @@ impl RoomState {
         self.run_due(true).await
     }
 
-    /// Logs a broadcast as a commit of the current epoch: the first after a quiet second, then
-    /// at most one a second.
-    fn log_broadcast(&mut self) {
+    /// Logs a delivered broadcast as a commit of the current epoch: the first after a quiet
+    /// second, then at most one a second. It took effect between `checked_ms` (the lease was
+    /// last seen held) and now (every frame handed to its link).
+    fn log_broadcast(&mut self, checked_ms: u64) {
         let now = Instant::now();
         if self
             .last_logged_broadcast
             .is_none_or(|t| now.duration_since(t) >= Duration::from_secs(1))
         {
-            let ms = unix_ms();
-            self.events
-                .commit(&self.room_id, self.activation.epoch(), ms, ms, "broadcast");
+            self.events.commit(
+                &self.room_id,
+                self.activation.epoch(),
+                checked_ms,
+                unix_ms(),
+                "broadcast",
+            );
             self.last_logged_broadcast = Some(now);
         }
     }
@@ -634,12 +639,23 @@ impl RoomState {
             // Missed broadcasts are not replayed: one frame of the latest state replaces them.
             self.broadcasts_done = due_bcast;
             self.room.broadcast(&mut out);
-            self.log_broadcast();
         }
         if n > 0 || broadcast {
             self.metrics
                 .tick_duration
                 .observe(t0.elapsed().as_secs_f64());
+        }
+        // The lease was confirmed before the steps ran, but the process may have been paused
+        // (SIGSTOP, a long GC-like stall of the host) while they ran, and another activation may
+        // hold the room now. Check again right before anything leaves: frames of a lapsed lease
+        // are dropped (a later frame replaces them), everything else waits for the next
+        // confirmed tick (or dies with the room when the writer finds the lease lost).
+        let checked_ms = unix_ms();
+        if !self.activation.may_commit() {
+            out.retain(|o| !matches!(o, Outbound::Frame { .. }));
+            self.metrics.placement("delivery_withheld");
+            self.out = out;
+            return Ok(());
         }
         // Audit records are appended durably, in order, before anything after them in this
         // batch (the acknowledging events) is delivered. A room that cannot append stops: no
@@ -663,6 +679,9 @@ impl RoomState {
         }
         if !audits.is_empty() {
             self.append_audits(&mut audits).await?;
+        }
+        if broadcast {
+            self.log_broadcast(checked_ms);
         }
         self.out = out;
         self.export_stats();
