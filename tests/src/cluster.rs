@@ -398,13 +398,19 @@ impl Cluster {
     }
 }
 
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Role {
+/// The role of a process started with [`spawn`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    /// `plaza node --listen 127.0.0.1:0 --node-id NAME --event-log DIR/NAME.events`.
     Node,
+    /// `plaza gateway --listen 127.0.0.1:FREE`.
     Gateway,
 }
 
-fn spawn(
+/// Starts one `plaza` process of `role` against `redis` (a URL; nothing needs to listen there
+/// yet) with its admin on a free port and its output in `dir/NAME.log`; does not wait for it.
+/// Only the knobs of `opts` that differ from the shipped defaults are set.
+pub fn spawn(
     bin: &Path,
     opts: &ClusterOpts,
     redis: &str,
