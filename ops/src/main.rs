@@ -175,8 +175,18 @@ async fn run(cfg: PlazaConfig, roles: Roles) -> anyhow::Result<()> {
         Roles::Node => "plaza-node",
         Roles::Gateway => "plaza-gateway",
     };
+    // The handlers are installed before anything starts, so a SIGTERM during start-up (a pod
+    // deleted while Redis is still retried) stops the process cleanly instead of killing it.
+    let mut stop = StopSignal::install()?;
     let telemetry = plaza_ops::telemetry::init(&cfg, service)?;
-    let plaza = Plaza::start(&cfg, roles).await?;
+    let plaza = tokio::select! {
+        started = Plaza::start(&cfg, roles) => started?,
+        () = stop.recv() => {
+            tracing::info!("stopped during start-up");
+            telemetry.shutdown();
+            return Ok(());
+        }
+    };
     if let Some(a) = plaza.ws_addr() {
         tracing::info!("clients: ws://{a}/v1/ws");
     }
@@ -184,7 +194,7 @@ async fn run(cfg: PlazaConfig, roles: Roles) -> anyhow::Result<()> {
         "admin: http://{}/healthz /readyz /metrics",
         plaza.admin_addr()
     );
-    wait_for_signal().await;
+    stop.recv().await;
     if roles == Roles::Node {
         // A node hands its rooms to other nodes first; gateways move the sessions.
         tracing::info!("draining");
@@ -200,24 +210,37 @@ async fn run(cfg: PlazaConfig, roles: Roles) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn wait_for_signal() {
+/// SIGTERM or SIGINT (Ctrl-C), listened for from the moment it is installed.
+struct StopSignal {
     #[cfg(unix)]
-    {
-        use tokio::signal::unix::{SignalKind, signal};
-        match signal(SignalKind::terminate()) {
-            Ok(mut term) => {
-                tokio::select! {
-                    _ = tokio::signal::ctrl_c() => {}
-                    _ = term.recv() => {}
-                }
-            }
-            Err(_) => {
-                let _ = tokio::signal::ctrl_c().await;
-            }
+    term: tokio::signal::unix::Signal,
+    #[cfg(unix)]
+    int: tokio::signal::unix::Signal,
+}
+
+impl StopSignal {
+    fn install() -> anyhow::Result<Self> {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{SignalKind, signal};
+            Ok(Self {
+                term: signal(SignalKind::terminate())?,
+                int: signal(SignalKind::interrupt())?,
+            })
         }
+        #[cfg(not(unix))]
+        Ok(Self {})
     }
-    #[cfg(not(unix))]
-    {
-        let _ = tokio::signal::ctrl_c().await;
+
+    async fn recv(&mut self) {
+        #[cfg(unix)]
+        tokio::select! {
+            _ = self.term.recv() => {}
+            _ = self.int.recv() => {}
+        }
+        #[cfg(not(unix))]
+        {
+            let _ = tokio::signal::ctrl_c().await;
+        }
     }
 }
