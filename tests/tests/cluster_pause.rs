@@ -6,19 +6,32 @@
 //! room stops; the gateway moves its sessions to the new activation) or reclaims a lease nobody
 //! took. The event logs (directory commits and broadcasts) must show no two epochs of a room
 //! committing at once, and no bot may be lost.
+//!
+//! Run on the shipped defaults (lease TTL 10 s: a 20 s freeze), where the frozen node's sessions
+//! must be back on live nodes within lease TTL + 5 s while it is still frozen, and as an extra
+//! fast variant (lease TTL 2 s).
 
 use std::time::Duration;
 
 use plaza_tests::Client;
-use plaza_tests::cluster::{Cluster, ClusterOpts, assert_nothing_lost};
+use plaza_tests::cluster::{Cluster, ClusterOpts, assert_nothing_lost, wait_until};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_paused_node_commits_nothing_after_it_wakes() {
-    let c = Cluster::start(ClusterOpts::fast()).await.unwrap();
+    paused_node(ClusterOpts::default(), "ps-").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_node_commits_nothing_after_it_wakes_fast() {
+    paused_node(ClusterOpts::fast(), "pf-").await;
+}
+
+async fn paused_node(opts: ClusterOpts, prefix: &str) {
+    let c = Cluster::start(opts).await.unwrap();
     let ttl = Duration::from_millis(c.opts().lease_ttl_ms);
-    let cfg = c.load_config(60, 6, "ps-", 16);
+    let cfg = c.load_config(60, 6, prefix, 4 * ttl.as_secs() + 10);
     let (bots, rooms) = (cfg.bots, cfg.rooms);
-    let room_ids: Vec<String> = (0..rooms).map(|i| format!("ps-{i}")).collect();
+    let room_ids: Vec<String> = (0..rooms).map(|i| format!("{prefix}{i}")).collect();
     let load = tokio::spawn(plaza_load::run(cfg));
     c.wait_all_online(bots).await;
 
@@ -38,8 +51,30 @@ async fn a_paused_node_commits_nothing_after_it_wakes() {
 
     // Freeze the node for twice the lease TTL: the fault's duration, not a wait for a condition.
     c.nodes[idx].signal("STOP").unwrap();
+    let stopped = tokio::time::Instant::now();
     eprintln!("SIGSTOP {victim}; {taken} will be taken over");
-    tokio::time::sleep(ttl * 2).await;
+    // While it is frozen, its sessions come back on live nodes (the gateway sees the node
+    // silent, the lease lapses, the rooms are activated elsewhere), within lease TTL + 5 s.
+    let back = wait_until(ttl * 2, || async {
+        let Ok(m) = c.presence_by_node().await else {
+            return false;
+        };
+        !m.contains_key(&victim) && m.values().sum::<usize>() >= bots
+    })
+    .await;
+    eprintln!(
+        "presence whole on live nodes after {back:?} (frozen {:?})",
+        ttl * 2
+    );
+    if ttl * 2 > ttl + Duration::from_secs(5) {
+        assert!(
+            back.is_some_and(|b| b <= ttl + Duration::from_secs(5)),
+            "the frozen node's sessions not back within lease TTL + 5 s ({back:?}): {:?}\ngateway log:\n{}",
+            c.presence_by_node().await,
+            c.gateway.log_tail(20)
+        );
+    }
+    tokio::time::sleep((ttl * 2).saturating_sub(stopped.elapsed())).await;
 
     // A newcomer's join activates the room on a live node (the frozen node's lease lapsed).
     let mut probe = Client::connect(&c.ws_url()).await.unwrap();
@@ -78,6 +113,20 @@ async fn a_paused_node_commits_nothing_after_it_wakes() {
     probe.close().await;
 
     let report = load.await.unwrap().unwrap();
+    eprintln!(
+        "load: resumes {} (in session {}) resume_ms p99 {:.0}; ping rtt p99 {:.0} ms max {:.0}",
+        report.resumes,
+        report.resumes_in_session,
+        report.resume_ms.p99,
+        report.rtt_ms.p99,
+        report.rtt_ms.max
+    );
+    // The session never stops answering: pings are answered by the gateway throughout.
+    assert!(
+        report.rtt_ms.p99 < 1_000.0,
+        "ping RTT p99 {:.0} ms through the pause",
+        report.rtt_ms.p99
+    );
     let sum = assert_nothing_lost(&report, &c.event_logs());
     assert!(
         sum.rooms_with_several_epochs >= 1,
