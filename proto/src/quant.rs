@@ -20,6 +20,11 @@ pub const YAW_STEPS: u16 = 512;
 /// Max movement kind (2 bits: 0 idle, 1 walk, 2 jog, 3 run).
 pub const MOVEMENT_KIND_MAX: u8 = 3;
 
+/// The **instant** bit of a frame record's anim flags (bit 15): set by the server only, on the
+/// frames that first show an avatar after a server-made teleport, so every receiver snaps to
+/// the pose instead of blending. Clients never send it (the room clears it from their moves).
+pub const ANIM_INSTANT: u16 = 0x8000;
+
 /// A float pose in world units relative to the room origin.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct Pose {

@@ -8,7 +8,7 @@ use plaza_proto::compressed::TimestampDecoder;
 use plaza_proto::pb::{self, client_envelope};
 use plaza_room_core::consent::ConsentOp;
 use plaza_room_core::emotes::EmoteRequest;
-use plaza_room_core::events::{EventBody, PropChange, RoomEvent};
+use plaza_room_core::events::{EventBody, PropChange, RoomEvent, TeleportCause};
 use plaza_room_core::interactions::{InteractionKind, InteractionRequest};
 use plaza_room_core::scene::{SceneClientEvent, SceneOp};
 use plaza_room_core::{Input, MoveInput};
@@ -133,7 +133,10 @@ pub(crate) fn decode(
         B::Negotiate(_) | B::Join(_) | B::Ping(_) => Decoded::Ignore,
         // Issue 12: the room core does not take these yet; refused with a typed reason until it
         // does.
-        B::Teleport(_) => Decoded::Invalid("teleport", "not supported by this room yet"),
+        B::Teleport(t) => Decoded::Input(Input::Teleport {
+            seq,
+            destination: t.destination,
+        }),
         B::Block(_) => Decoded::Invalid("block", "not supported by this room yet"),
         B::PersonalSpace(_) => Decoded::Invalid("personal_space", "not supported by this room yet"),
         B::Expression(_) => Decoded::Invalid("expression", "not supported by this room yet"),
@@ -240,6 +243,25 @@ pub(crate) fn event(e: &RoomEvent) -> pb::Event {
             kind: pb::SceneClientEventKind::StateRequested as i32,
             client_state: String::new(),
             tick: *min_tick,
+        }),
+        EventBody::Teleported {
+            entity,
+            position,
+            yaw_deg,
+            destination,
+            cause,
+            last_input_seq,
+        } => K::Teleported(pb::Teleported {
+            entity_id: *entity,
+            position: Some(vec3(*position)),
+            rotation_y: *yaw_deg,
+            destination: destination.clone(),
+            cause: match cause {
+                TeleportCause::Request => pb::TeleportCause::Request,
+                TeleportCause::Portal => pb::TeleportCause::Portal,
+                TeleportCause::Operator => pb::TeleportCause::Operator,
+            } as i32,
+            last_input_sequence: *last_input_seq,
         }),
         EventBody::Rejected {
             in_reply_to,

@@ -182,14 +182,17 @@ impl FrameEncoder {
                 mask |= G_TIER;
             }
             let start_stop = h.rec.pose.at_rest() != new.at_rest();
+            // A teleported avatar's move goes at once, with the instant bit that says so.
+            let instant = new.anim_flags & crate::quant::ANIM_INSTANT != 0;
             if mask & G_MOTION != 0
                 && !start_stop
+                && !instant
                 && seq.wrapping_add(h.rec.id) & (TIER_EVERY[usize::from(tier)] - 1) != 0
             {
                 mask &= !G_MOTION;
             }
             if mask != 0 {
-                let mandatory = start_stop || mask != G_MOTION;
+                let mandatory = start_stop || instant || mask != G_MOTION;
                 self.pending.push(Pending {
                     model_idx: (i - 1) as u32,
                     post_idx: post,

@@ -5,7 +5,7 @@
 //! Performance: runs every broadcast and, in a spread room, every step.
 
 use plaza_proto::frame::{EntityRecord, OwnState, Visible};
-use plaza_proto::quant::{Pose, quantize};
+use plaza_proto::quant::{ANIM_INSTANT, Pose, quantize};
 
 use crate::interactions::{PROP_KIND, prop_entity};
 use crate::interest::{self, InterestIndex, InterestSet};
@@ -32,6 +32,8 @@ impl Room {
             self.encode_frames(rest, out);
         }
         self.stats.broadcasts += 1;
+        // The arena was marked for the period that just ended; this one starts now.
+        self.mark_instants();
         let spread = self.cfg.spread_from_members > 0
             && self.members.len() >= self.cfg.spread_from_members as usize;
         self.groups = if spread {
@@ -90,6 +92,30 @@ impl Room {
             self.slot[r.id as usize] = i as u32;
             self.pos_m.push(r.pose.position_m());
         }
+        self.mark_instants();
+    }
+
+    /// Sets the instant bit on the arena records of avatars teleported since the last
+    /// broadcast but one (see `Room::instants`), clears it on the others, and forgets the
+    /// teleports that are over.
+    fn mark_instants(&mut self) {
+        if self.instants.is_empty() {
+            return;
+        }
+        let now = self.stats.broadcasts;
+        for &(entity, at) in &self.instants {
+            let Some(&i) = self.slot.get(entity as usize) else {
+                continue;
+            };
+            if let Some(r) = self.arena.get_mut(i as usize) {
+                if now <= at + 1 {
+                    r.pose.anim_flags |= ANIM_INSTANT;
+                } else {
+                    r.pose.anim_flags &= !ANIM_INSTANT;
+                }
+            }
+        }
+        self.instants.retain(|&(_, at)| now <= at + 1);
     }
 
     /// Encode and emit one frame for each member whose group (entity id modulo the period's

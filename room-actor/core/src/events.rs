@@ -14,6 +14,7 @@
 //! | `SceneSync`            | `scene_sync` (`SceneSync`)                                     |
 //! | `SceneClient`          | `scene_client` (`SceneClientEvent`)                            |
 //! | `SceneStateRequest`    | `scene_client` with kind `STATE_REQUESTED`, `tick = min_tick`  |
+//! | `Teleported`           | `teleported` (`Teleported`; `cause` -> `TeleportCause`)        |
 //! | `Rejected`             | `rejected` (`RequestRejected`; `reason` = [`Refusal::code`])   |
 //!
 //! Recipients: prop events go to every member (and a joiner gets one `Pickup` event per prop
@@ -123,6 +124,23 @@ pub enum EventBody {
         /// The state must be from this tick or later.
         min_tick: u64,
     },
+    /// The server moved an avatar (`Teleported`): sent to the mover and to every member whose
+    /// last broadcast showed it. The avatar's next frame record carries the instant bit
+    /// ([`plaza_proto::quant::ANIM_INSTANT`]).
+    Teleported {
+        /// The moved avatar.
+        entity: u32,
+        /// Where it stands now (feet, metres).
+        position: [f32; 3],
+        /// Its yaw now, degrees.
+        yaw_deg: f32,
+        /// The destination's name (empty for an operator's position).
+        destination: String,
+        /// Why it moved.
+        cause: TeleportCause,
+        /// The mover's last applied input sequence before the teleport.
+        last_input_seq: u32,
+    },
     /// A request was refused (`RequestRejected`); sent to the requester only.
     Rejected {
         /// The client envelope sequence of the refused request.
@@ -130,6 +148,28 @@ pub enum EventBody {
         /// Why.
         reason: Refusal,
     },
+}
+
+/// Why the server moved an avatar (`plaza.v1.TeleportCause`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum TeleportCause {
+    /// The member asked (`TeleportRequest`).
+    Request,
+    /// The avatar walked into a portal.
+    Portal,
+    /// An operator moved it ([`crate::Room::teleport`]).
+    Operator,
+}
+
+impl TeleportCause {
+    /// Stable lowercase name (metrics, audit records).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Request => "request",
+            Self::Portal => "portal",
+            Self::Operator => "operator",
+        }
+    }
 }
 
 /// What happened to a prop.
@@ -233,6 +273,12 @@ pub enum Refusal {
     /// A game state from the future or older than the one held.
     #[error("stale or future state")]
     BadTick,
+    /// A teleport destination the room does not have or does not let clients ask for.
+    #[error("no such destination")]
+    NoSuchDestination,
+    /// The two members block each other (one blocked the other).
+    #[error("blocked")]
+    Blocked,
 }
 
 impl Refusal {
@@ -263,6 +309,8 @@ impl Refusal {
             Self::NotSynced => "not_synced",
             Self::TickFull => "tick_full",
             Self::BadTick => "bad_tick",
+            Self::NoSuchDestination => "no_such_destination",
+            Self::Blocked => "blocked",
         }
     }
 }

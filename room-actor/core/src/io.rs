@@ -77,6 +77,14 @@ pub enum Input {
         /// The op.
         op: SceneOp,
     },
+    /// Ask to be moved to a named destination (`plaza.v1.TeleportRequest`): a spawn point of
+    /// the room definition with `requestable` set.
+    Teleport {
+        /// Client envelope sequence.
+        seq: u32,
+        /// The destination's name.
+        destination: String,
+    },
 }
 
 /// Why a movement was rejected (the physics authority's reasons, in the room's terms).
@@ -269,4 +277,6 @@ pub struct RoomStats {
     pub scene_actions: u64,
     /// Events emitted.
     pub events: u64,
+    /// Server-made teleports (requests, portals, operators).
+    pub teleports: u64,
 }

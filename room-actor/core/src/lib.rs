@@ -52,7 +52,7 @@ use plaza_proto::quant::Pose;
 
 use crate::consent::{ConsentBook, ConsentOp, ConsentRequest, Party, Transition};
 use crate::emotes::{EmoteOutcome, Emotes};
-use crate::events::{EventBody, JsonObject, Refusal, RoomEvent};
+use crate::events::{EventBody, JsonObject, Refusal, RoomEvent, TeleportCause};
 use crate::ids::EntityIds;
 use crate::interactions::{Actor, PropUpdate, Props, prop_entity};
 use crate::interest::{InterestIndex, InterestSet};
@@ -139,6 +139,10 @@ pub struct Room {
     room_seq: u64,
     /// Last audit record counter issued.
     audit_seq: u64,
+    /// Avatars teleported by the server, with the broadcast count at the teleport: their
+    /// records carry [`plaza_proto::quant::ANIM_INSTANT`] while the broadcast count is at most
+    /// one more (every member's first frame after the teleport, spread or not).
+    instants: Vec<(u32, u64)>,
 }
 
 impl std::fmt::Debug for Room {
@@ -169,6 +173,7 @@ impl Room {
             action_counts: BTreeMap::new(),
             room_seq: 0,
             audit_seq: 0,
+            instants: Vec::new(),
             cfg,
             tick: 0,
             broadcast_acc: 0,
@@ -284,6 +289,93 @@ impl Room {
         // A client cannot have seen Joined before the join is applied, so an input that races
         // its own join carries no state worth keeping; it is dropped and counted.
         self.stats.inputs_dropped += 1;
+    }
+
+    /// Move a member's avatar to `to` (feet, metres) now, as an operator: the server's own
+    /// move, exempt from the speed and teleport checks. The avatar lands at `to` or the nearest
+    /// free spot; its next frame record carries the instant bit so every receiver snaps; a
+    /// `Teleported` event (cause [`TeleportCause::Operator`]) goes to the mover and the members
+    /// who saw it at the last broadcast (pushed to `out`, delivered like a step's outputs);
+    /// the mover's next move is validated from the new place. Returns where it landed.
+    ///
+    /// Refused with [`Refusal::NotMember`] for a session that is not a member (a queued join is
+    /// not one yet) and [`Refusal::InvalidPlacement`] for a non-finite `to` or one outside the
+    /// room's bounds.
+    pub fn teleport(
+        &mut self,
+        session: SessionId,
+        to: [f32; 3],
+        out: &mut Vec<Outbound>,
+    ) -> Result<[f32; 3], Refusal> {
+        self.teleport_as(session, to, None, "", TeleportCause::Operator, out)
+    }
+
+    /// The server moves `session`'s avatar (see [`Room::teleport`]).
+    fn teleport_as(
+        &mut self,
+        session: SessionId,
+        to: [f32; 3],
+        yaw_deg: Option<f32>,
+        destination: &str,
+        cause: TeleportCause,
+        out: &mut Vec<Outbound>,
+    ) -> Result<[f32; 3], Refusal> {
+        if !to.iter().all(|v| v.is_finite()) || !self.physics.in_bounds(to) {
+            return Err(Refusal::InvalidPlacement);
+        }
+        let Some(m) = self.members.get_mut(&session) else {
+            return Err(Refusal::NotMember);
+        };
+        self.physics.teleport(m.entity, to);
+        let at = self.physics.avatar_position(m.entity).unwrap_or(to);
+        m.pose.position = at;
+        m.pose.velocity = [0.0; 3];
+        if let Some(y) = yaw_deg.filter(|y| y.is_finite()) {
+            m.pose.yaw_deg = y.rem_euclid(360.0);
+        }
+        // Moves queued before the teleport were made from the old place: they would only be
+        // refused now. The client continues from the Teleported event.
+        m.inputs.retain(|i| !matches!(i, Input::Move(_)));
+        let (entity, yaw, last_input_seq) = (m.entity, m.pose.yaw_deg, m.last_input_seq);
+        let broadcasts = self.stats.broadcasts;
+        self.instants.retain(|(e, _)| *e != entity);
+        self.instants.push((entity, broadcasts));
+        self.stats.teleports += 1;
+        let to = self
+            .members
+            .iter()
+            .filter(|(s, m)| **s == session || m.seen.binary_search(&entity).is_ok())
+            .map(|(s, _)| *s)
+            .collect();
+        let body = EventBody::Teleported {
+            entity,
+            position: at,
+            yaw_deg: yaw,
+            destination: destination.to_owned(),
+            cause,
+            last_input_seq,
+        };
+        self.emit(to, body, out);
+        Ok(at)
+    }
+
+    /// A teleport to the definition's spawn point `name` (requestable only, unless `cause` is
+    /// not a request).
+    fn teleport_to_spawn_point(
+        &mut self,
+        session: SessionId,
+        name: &str,
+        cause: TeleportCause,
+        out: &mut Vec<Outbound>,
+    ) -> Result<[f32; 3], Refusal> {
+        let Some(sp) = self.cfg.definition.spawn_point(name) else {
+            return Err(Refusal::NoSuchDestination);
+        };
+        if cause == TeleportCause::Request && !sp.requestable {
+            return Err(Refusal::NoSuchDestination);
+        }
+        let (position, yaw, name) = (sp.position, sp.yaw_deg, sp.name.clone());
+        self.teleport_as(session, position, Some(yaw), &name, cause, out)
     }
 
     /// Ask for a keyframe for `session` at its next frame (the shell dropped frames for it).
@@ -413,6 +505,7 @@ impl Room {
                         }
                         self.physics.remove_avatar(m.entity);
                         self.ids.free(m.entity);
+                        self.instants.retain(|(e, _)| *e != m.entity);
                         out.push(Outbound::Left {
                             session,
                             entity: m.entity,
@@ -425,6 +518,8 @@ impl Room {
 
     fn apply_inputs(&mut self, out: &mut Vec<Outbound>) {
         let now_ms = self.now_ms;
+        // Members whose accepted move ended in a portal, with the portal's target.
+        let mut portals: Vec<(SessionId, String)> = Vec::new();
         for (session, m) in self.members.iter_mut() {
             while let Some(input) = m.inputs.pop_front() {
                 match input {
@@ -433,7 +528,8 @@ impl Room {
                     Input::Interact { .. }
                     | Input::Consent { .. }
                     | Input::Emote { .. }
-                    | Input::Scene { .. } => {}
+                    | Input::Scene { .. }
+                    | Input::Teleport { .. } => {}
                     Input::Move(mv) => {
                         let correct = |m: &mut Member, reason, out: &mut Vec<Outbound>| {
                             out.push(Outbound::Correction {
@@ -476,6 +572,12 @@ impl Room {
                                 m.last_timestamp_s = Some(mv.timestamp_s);
                                 m.last_move_ms = now_ms;
                                 self.stats.moves_applied += 1;
+                                if let Some(p) = self.cfg.definition.portal_at(m.pose.position) {
+                                    // The rest of this member's queue was made before the
+                                    // portal moved it: the teleport drops its moves.
+                                    portals.push((*session, p.target.clone()));
+                                    break;
+                                }
                                 if outcome.blocked {
                                     // Geometry stopped part of the move: the client must adopt
                                     // where it actually is.
@@ -504,6 +606,10 @@ impl Room {
                 }
             }
         }
+        for (session, target) in portals {
+            // A definition's portal always names a spawn point (`RoomDefinition::validate`).
+            let _ = self.teleport_to_spawn_point(session, &target, TeleportCause::Portal, out);
+        }
     }
 
     /// Apply the room-wide queue of non-movement inputs, in arrival order.
@@ -512,6 +618,16 @@ impl Room {
         while let Some((session, input)) = self.actions.pop_front() {
             match input {
                 Input::Move(_) | Input::Resync => {}
+                Input::Teleport { seq, destination } => {
+                    if let Err(r) = self.teleport_to_spawn_point(
+                        session,
+                        &destination,
+                        TeleportCause::Request,
+                        out,
+                    ) {
+                        self.refuse(session, seq, r, out);
+                    }
+                }
                 Input::Interact { seq, request } => {
                     let actor = self.members.get(&session).map(|m| Actor {
                         session,
@@ -761,5 +877,7 @@ fn spawn_point(center: [f32; 3], entity: u32) -> [f32; 3] {
 
 #[cfg(test)]
 mod proptests;
+#[cfg(test)]
+mod teleport_tests;
 #[cfg(test)]
 mod tests;

@@ -30,6 +30,8 @@ pub(crate) fn check_finite(mv: &MoveInput) -> Result<(), RejectReason> {
 pub(crate) fn sanitise(claimed: &Pose, position: [f32; 3]) -> Pose {
     let mut pose = *claimed;
     pose.position = position;
+    // The instant bit is the server's (teleports), never a client's.
+    pose.anim_flags &= !plaza_proto::quant::ANIM_INSTANT;
     pose.yaw_deg = pose.yaw_deg.rem_euclid(360.0);
     if !(0.0..360.0).contains(&pose.yaw_deg) {
         // rem_euclid of a tiny negative value rounds up to 360.0.
