@@ -95,7 +95,10 @@ fn until_broadcast(
     all
 }
 
-fn teleported(out: &[Outbound]) -> Vec<(Vec<SessionId>, u32, [f32; 3], String, TeleportCause)> {
+/// A Teleported event: recipients, entity, position, destination, cause.
+type Tp = (Vec<SessionId>, u32, [f32; 3], String, TeleportCause);
+
+fn teleported(out: &[Outbound]) -> Vec<Tp> {
     out.iter()
         .filter_map(|o| match o {
             Outbound::Event(e) => match &e.body {
@@ -147,14 +150,9 @@ fn refusals(out: &[Outbound]) -> Vec<(SessionId, u32, Refusal)> {
 
 /// Two members placed at their spawns and seen by each other; returns the room, the clock,
 /// the decoders and each member's position.
-fn two_members(
-    cfg: RoomConfig,
-) -> (
-    Room,
-    u64,
-    BTreeMap<SessionId, FrameDecoder>,
-    BTreeMap<SessionId, [f32; 3]>,
-) {
+type Decoders = BTreeMap<SessionId, FrameDecoder>;
+
+fn two_members(cfg: RoomConfig) -> (Room, u64, Decoders, BTreeMap<SessionId, [f32; 3]>) {
     let mut room = Room::new("r", cfg);
     room.join(1);
     room.join(2);
