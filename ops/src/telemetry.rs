@@ -11,7 +11,9 @@
 //!   `OTEL_EXPORTER_OTLP_ENDPOINT`, `OTEL_SERVICE_NAME`, `OTEL_RESOURCE_ATTRIBUTES`,
 //!   `OTEL_TRACES_SAMPLER` / `OTEL_TRACES_SAMPLER_ARG`, `OTEL_SDK_DISABLED`,
 //!   `OTEL_TRACES_EXPORTER=none`. The resource always has `service.name`, `service.version`
-//!   and `service.instance.id`.
+//!   and `service.instance.id`. Which spans are exported does not depend on `log.level` (the
+//!   log filter is a filter of the log output only): Plaza's `info` spans always are, and the
+//!   sampler decides which traces are kept.
 //!
 //! The W3C trace context propagator is installed so that a join's trace spans gateway and node
 //! (the gateway injects the context into the `RoomHost.Attach` request metadata; the node
@@ -352,6 +354,15 @@ pub fn check(cfg: &PlazaConfig, env: &BTreeMap<String, String>) -> Result<(), Te
     TraceSettings::resolve(cfg, env, "plaza").map(|_| ())
 }
 
+/// What becomes an OpenTelemetry span: Plaza's own spans at `info` and above (`session`,
+/// `gateway.attach`, `node.attach`, `room`), other crates' only at `warn` (the exporter's own
+/// gRPC calls never trace themselves). Independent of `log.level`.
+fn trace_filter() -> tracing_subscriber::filter::Targets {
+    tracing_subscriber::filter::Targets::new()
+        .with_target("plaza", tracing::Level::INFO)
+        .with_default(tracing::Level::WARN)
+}
+
 /// Installs the global subscriber (once per process; later calls keep the first) and, if an
 /// endpoint is configured, the OTLP exporter. Must run inside a tokio runtime when exporting.
 pub fn init(cfg: &PlazaConfig, service: &str) -> anyhow::Result<Telemetry> {
@@ -372,10 +383,13 @@ pub fn init_with_env(
         .map_err(|e| anyhow::anyhow!("{source_name}: {e}"))?;
     let settings = TraceSettings::resolve(cfg, env, service)?;
     let ansi = std::io::stderr().is_terminal() && !env.contains_key("NO_COLOR");
+    // The log filter applies to the log output only (a per-layer filter): traces follow the
+    // sampler, so `log.level = "warn"` keeps exporting the spans of joins and attaches.
     let fmt = match cfg.log.format {
         LogFormat::Text => tracing_subscriber::fmt::layer()
             .with_writer(std::io::stderr)
             .with_ansi(ansi)
+            .with_filter(filter)
             .boxed(),
         LogFormat::Json => tracing_subscriber::fmt::layer()
             .json()
@@ -383,13 +397,11 @@ pub fn init_with_env(
             .with_current_span(true)
             .with_span_list(true)
             .flatten_event(true)
+            .with_filter(filter)
             .boxed(),
     };
     let Some(endpoint) = settings.endpoint.clone() else {
-        let _ = tracing_subscriber::registry()
-            .with(filter)
-            .with(fmt)
-            .try_init();
+        let _ = tracing_subscriber::registry().with(fmt).try_init();
         return Ok(Telemetry::default());
     };
     let exporter = opentelemetry_otlp::SpanExporter::builder()
@@ -417,9 +429,10 @@ pub fn init_with_env(
         )
         .build();
     let tracer = provider.tracer("plaza");
-    let otel = tracing_opentelemetry::layer().with_tracer(tracer);
+    let otel = tracing_opentelemetry::layer()
+        .with_tracer(tracer)
+        .with_filter(trace_filter());
     let _ = tracing_subscriber::registry()
-        .with(filter)
         .with(fmt)
         .with(otel)
         .try_init();
