@@ -14,7 +14,9 @@
  *    samples, a jump when more than 0.5 s off.
  * 4. Hermite (or projective velocity blending) between moving samples, linear at rest or when
  *    the grounded flag or the jump count changes.
- * 5. Damped (0.33 s linear, stopped by 0.66 s) or capped (0.10 s) extrapolation.
+ * 5. Damped (0.33 s linear, stopped by 0.66 s) or capped (0.10 s) extrapolation when the inbox
+ *    runs dry, never from a sample that placed the avatar (first sighting or a snap: seed 000's
+ *    `WasTeleported` / `isInstant`), never through the floor (`y = 0`).
  * 6. Convex blends when new data moves the model away from what was shown.
  * 7. Snaps on a teleport flag, a jump over 5 m, or a gap over 0.20 s while moving.
  * 8. Head IK and point-at ease on their own.
@@ -118,7 +120,8 @@ export interface SmoothingStats {
   extrapolating: number;
 }
 
-type Branch = { kind: "from"; s: Sample } | { kind: "segment"; a: Sample; b: Sample; linear: boolean };
+/** From one sample on (extrapolating unless `hold`), or between two. */
+type Branch = { kind: "from"; s: Sample; hold: boolean } | { kind: "segment"; a: Sample; b: Sample; linear: boolean };
 
 function travelS(ex: Extrapolation, x: number): number {
   x = Math.max(x, 0);
@@ -167,7 +170,7 @@ function sameSample(a: Sample, b: Sample): boolean {
 }
 
 function sameBranch(x: Branch, y: Branch): boolean {
-  if (x.kind === "from" && y.kind === "from") return sameSample(x.s, y.s);
+  if (x.kind === "from" && y.kind === "from") return x.hold === y.hold && sameSample(x.s, y.s);
   if (x.kind === "segment" && y.kind === "segment") return x.linear === y.linear && sameSample(x.a, y.a) && sameSample(x.b, y.b);
   return false;
 }
@@ -186,6 +189,8 @@ export class Smoother {
   readonly cfg: SmoothingConfig;
   private inbox: Sample[] = [];
   private passed: Sample | null = null;
+  /** Whether `passed` placed the avatar (first sighting or a snap): no extrapolation from it. */
+  private hold = false;
   private cooldownUntil = 0;
   private renderT = 0;
   private lastNow: number | null = null;
@@ -238,10 +243,11 @@ export class Smoother {
     const passed = this.passed;
     if (passed === null) {
       this.passed = s;
+      this.hold = true;
       this.link = obs;
       this.renderT = s.t;
       this.cooldownUntil = arrival + 2 * this.cfg.sendIntervalS;
-      this.branch = { kind: "from", s };
+      this.branch = { kind: "from", s, hold: true };
       this.blendW = 0;
       this.out = { position: [...s.position], yawDeg: s.yawDeg, head: s.head, pointAt: s.pointAt, renderT: s.t, phase: "cooldown", placed: true };
       this.first = true;
@@ -276,13 +282,17 @@ export class Smoother {
     }
   }
 
-  /** Renders the pose for local time `now` (seconds); null before the first sample. */
+  /**
+   * Renders the pose for local time `now` (seconds); null before the first sample. A non-finite
+   * `now` changes nothing and returns the last pose.
+   */
   advance(now: number): Rendered | null {
     const passed = this.passed;
     if (passed === null) return null;
+    if (!Number.isFinite(now)) return this.out;
     const cfg = this.cfg;
-    const dt = this.lastNow !== null && Number.isFinite(now) ? Math.min(Math.max(now - this.lastNow, 0), 1) : 0;
-    if (Number.isFinite(now)) this.lastNow = now;
+    const dt = this.lastNow !== null ? Math.min(Math.max(now - this.lastNow, 0), 1) : 0;
+    this.lastNow = now;
     this.out.placed = this.first;
     this.first = false;
     this.link -= cfg.envelopeDecay * dt;
@@ -316,8 +326,13 @@ export class Smoother {
       if (b.t > this.renderT) break;
       this.inbox.shift();
       const reason = this.snapReason(a, b);
-      if (reason !== null) snapped = reason;
-      else if (b.t - a.t <= cfg.maxIntervalS && speed(a) >= cfg.restSpeed) this.interval += 0.2 * (b.t - a.t - this.interval);
+      if (reason !== null) {
+        snapped = reason;
+        this.hold = true;
+      } else {
+        this.hold = false;
+        if (b.t - a.t <= cfg.maxIntervalS && speed(a) >= cfg.restSpeed) this.interval += 0.2 * (b.t - a.t - this.interval);
+      }
       a = b;
     }
     this.passed = a;
@@ -329,7 +344,7 @@ export class Smoother {
       if (speed(a) < cfg.restSpeed && nb.t - a.t > interval) start = { ...a, t: nb.t - interval };
       branch = { kind: "segment", a: start, b: nb, linear: this.linear(a, nb) };
     } else {
-      branch = { kind: "from", s: a };
+      branch = { kind: "from", s: a, hold: this.hold };
     }
     const model = this.evalBranch(branch, this.renderT);
     const old = this.branch;
@@ -372,7 +387,7 @@ export class Smoother {
     } else {
       const s = branch.s;
       const x = this.renderT - s.t;
-      if (speed(s) >= cfg.restSpeed && travelS(cfg.extrapolation, x) < maxTravelS(cfg.extrapolation) && x > 0) {
+      if (!branch.hold && speed(s) >= cfg.restSpeed && travelS(cfg.extrapolation, x) < maxTravelS(cfg.extrapolation) && x > 0) {
         this.stats.extrapolating += 1;
         this.out.phase = "extrapolating";
       } else {
@@ -426,9 +441,12 @@ export class Smoother {
   private evalBranch(branch: Branch, t: number): V3 {
     if (branch.kind === "from") {
       const s = branch.s;
-      if (speed(s) < this.cfg.restSpeed) return [...s.position];
+      if (branch.hold || speed(s) < this.cfg.restSpeed) return [...s.position];
       const k = travelS(this.cfg.extrapolation, t - s.t);
-      return add(s.position, scale(s.velocity, k));
+      const p = add(s.position, scale(s.velocity, k));
+      // Never extrapolate through the floor (seed 000's ground clamp).
+      if (s.position[1] >= 0 && p[1] < 0) p[1] = 0;
+      return p;
     }
     const { a, b, linear } = branch;
     const d = b.t - a.t;
