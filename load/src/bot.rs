@@ -199,6 +199,7 @@ impl Bot {
             &mut rng,
         );
         let room_moves = shared.board.room(&spec.room);
+        let room_stats = shared.stats.room(&spec.room);
         let frame_no = rng.random_range(0..1000);
         let stop = shared.stop.clone();
         Self {
@@ -222,7 +223,10 @@ impl Bot {
             resync_sent_at: None,
             expect_keyframe: true,
             pings: VecDeque::new(),
-            samples: LocalSamples::default(),
+            samples: LocalSamples {
+                room: Some(room_stats),
+                ..LocalSamples::default()
+            },
             phase: Phase::Joined,
             leave_at: None,
             frame_no,
@@ -244,6 +248,8 @@ impl Bot {
         }
         let stats = &shared.stats;
         let cfg = &shared.cfg;
+        let room = stats.room(&self.spec.room);
+        Counters::add(&room.bots, 1);
         let mut ever_joined = false;
         let mut attempts = 0u32;
         let mut down_since: Option<Instant> = None;
@@ -263,6 +269,7 @@ impl Bot {
                     } else {
                         ever_joined = true;
                         Counters::add(&stats.counters.ever_joined, 1);
+                        Counters::add(&room.joined, 1);
                         stats.record(Metric::Connect, micros(now - started));
                     }
                     backoff = Duration::from_millis(100);
@@ -273,6 +280,7 @@ impl Bot {
                         .connected
                         .fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
                     Counters::add(&stats.counters.joined_micros, micros(now.elapsed()));
+                    Counters::add(&room.joined_micros, micros(now.elapsed()));
                     self.leave_room_state();
                     stats.flush(&mut self.samples);
                     match end {
@@ -323,6 +331,7 @@ impl Bot {
         }
         if ever_joined && (lost || down_since.is_some()) {
             Counters::add(&stats.counters.bots_lost, 1);
+            Counters::add(&room.lost, 1);
         }
         self.shared.stats.flush(&mut self.samples);
     }

@@ -31,11 +31,12 @@ pub mod rate;
 pub mod report;
 pub mod scenario;
 mod seen;
+pub mod server;
 pub mod stats;
 pub mod walk;
 
 pub use rate::{SendRate, SendRateConfig};
-pub use report::{Report, SeriesPoint, WrittenFiles};
+pub use report::{Report, RoomReport, SeriesPoint, WrittenFiles};
 pub use scenario::{BotKind, BotMix, Scenario};
 pub use stats::{KeyedCounts, Percentiles};
 
@@ -221,6 +222,38 @@ pub async fn run_with_stop(
         )
     });
     let keyed = std::mem::take(&mut *st.keyed.lock());
+    let server_tick_p99_ms = tick
+        .as_ref()
+        .and_then(|h| h.quantile(0.99))
+        .map(|s| s * 1e3);
+    let per_room = st
+        .rooms()
+        .into_iter()
+        .map(|(room, r)| {
+            let joined_s = Counters::get(&r.joined_micros) as f64 / 1e6;
+            let rate = |bytes: u64| {
+                if joined_s > 0.0 {
+                    bytes as f64 / joined_s
+                } else {
+                    0.0
+                }
+            };
+            let bots = Counters::get(&r.bots);
+            let connected = Counters::get(&r.joined);
+            RoomReport {
+                room,
+                bots,
+                connected,
+                failed: bots.saturating_sub(connected),
+                lost: Counters::get(&r.lost),
+                frames: Counters::get(&r.frames),
+                down_bytes_per_bot_per_s: rate(Counters::get(&r.down_bytes)),
+                up_bytes_per_bot_per_s: rate(Counters::get(&r.up_bytes)),
+                snapshot_interval_ms: r.snapshot_interval(),
+                server_tick_p99_ms,
+            }
+        })
+        .collect();
     Ok(Report {
         gateway: cfg.gateway.clone(),
         scenario: cfg.scenario.name.clone(),
@@ -269,10 +302,7 @@ pub async fn run_with_stop(
         emotes_sent: Counters::get(&c.emotes_sent),
         double_holds: Counters::get(&c.double_holds),
         holder_handoffs: Counters::get(&c.holder_handoffs),
-        server_tick_p99_ms: tick
-            .as_ref()
-            .and_then(|h| h.quantile(0.99))
-            .map(|s| s * 1e3),
+        server_tick_p99_ms,
         server_tick_p50_ms: tick
             .as_ref()
             .and_then(|h| h.quantile(0.50))
@@ -282,6 +312,8 @@ pub async fn run_with_stop(
         load_peak_rss_mib: peak_rss_mib(),
         series,
         server: None,
+        servers: Vec::new(),
+        per_room,
         verdict: None,
     })
 }

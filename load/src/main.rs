@@ -12,7 +12,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 use clap::Parser;
 use plaza_load::report::{ServerProcess, Thresholds};
-use plaza_load::{LoadConfig, Scenario, prom};
+use plaza_load::{LoadConfig, Scenario};
 
 /// Drive N bot avatars through a Plaza gateway and report what they saw.
 #[derive(Debug, Parser)]
@@ -42,9 +42,15 @@ struct Args {
     /// Scenario TOML file, or a built-in name: walkers, mixed, interact, churn.
     #[arg(long)]
     scenario: Option<String>,
-    /// Prometheus endpoint to scrape each second for the room tick p99.
+    /// Prometheus endpoint to scrape each second for the room tick p99 (and, without
+    /// --server-metrics, for the server's CPU and RSS).
     #[arg(long)]
     metrics_url: Option<String>,
+    /// A server's `/metrics` to read its CPU and RSS from (`process_cpu_seconds_total`,
+    /// `process_resident_memory_bytes`) once per second; repeat it for several processes
+    /// (gateway and nodes): the report lists each and their sum. Default: --metrics-url.
+    #[arg(long = "server-metrics", value_name = "URL")]
+    server_metrics: Vec<String>,
     /// Seed of all random choices.
     #[arg(long, default_value_t = 1)]
     seed: u64,
@@ -74,61 +80,10 @@ struct Args {
     /// --metrics-url).
     #[arg(long)]
     max_tick_p99_ms: Option<f64>,
-    /// Fail (exit 3) if the server used more than this many cores on average (needs
-    /// --metrics-url).
+    /// Fail (exit 3) if the server used more than this many cores on average, summed over the
+    /// scraped processes (needs --server-metrics or --metrics-url).
     #[arg(long)]
     max_server_cpu_cores: Option<f64>,
-}
-
-/// Scrapes the server's process metrics once per second until `stop` fires.
-async fn sample_server(
-    url: String,
-    mut stop: tokio::sync::watch::Receiver<bool>,
-) -> Option<ServerProcess> {
-    let mut first: Option<(tokio::time::Instant, f64, f64)> = None;
-    let mut last: Option<(tokio::time::Instant, f64, f64)> = None;
-    let mut out = ServerProcess::default();
-    let mut tick = tokio::time::interval(Duration::from_secs(1));
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
-    loop {
-        tokio::select! {
-            _ = tick.tick() => {}
-            _ = stop.changed() => {}
-        }
-        if let Ok(text) = prom::scrape(&url, Duration::from_millis(800)).await
-            && let (Some(cpu), Some(rss)) = (
-                prom::parse_sample(&text, "process_cpu_seconds_total"),
-                prom::parse_sample(&text, "process_resident_memory_bytes"),
-            )
-        {
-            let now = tokio::time::Instant::now();
-            let rss_mib = rss / (1024.0 * 1024.0);
-            if let Some((t, c, _)) = last {
-                let dt = now.duration_since(t).as_secs_f64();
-                if dt > 0.0 {
-                    out.cpu_cores_peak = out.cpu_cores_peak.max((cpu - c).max(0.0) / dt);
-                }
-            }
-            first.get_or_insert((now, cpu, rss_mib));
-            last = Some((now, cpu, rss_mib));
-            out.rss_peak_mib = out.rss_peak_mib.max(rss_mib);
-            out.samples += 1;
-        }
-        if *stop.borrow() {
-            break;
-        }
-    }
-    let ((t0, c0, r0), (t1, c1, r1)) = (first?, last?);
-    out.window_s = t1.duration_since(t0).as_secs_f64();
-    out.cpu_seconds = (c1 - c0).max(0.0);
-    out.cpu_cores_avg = if out.window_s > 0.0 {
-        out.cpu_seconds / out.window_s
-    } else {
-        0.0
-    };
-    out.rss_start_mib = r0;
-    out.rss_end_mib = r1;
-    Some(out)
 }
 
 /// Parses `250ms`, `20s`, `2m`, `1h` or a bare number of seconds.
@@ -194,15 +149,30 @@ fn main() -> anyhow::Result<()> {
         }
     };
     let (sampler_stop, sampler_rx) = tokio::sync::watch::channel(false);
-    let sampler = args
-        .metrics_url
-        .clone()
-        .map(|url| runtime.spawn(sample_server(url, sampler_rx)));
+    let server_urls = if args.server_metrics.is_empty() {
+        args.metrics_url.iter().cloned().collect()
+    } else {
+        args.server_metrics.clone()
+    };
+    let samplers: Vec<_> = server_urls
+        .into_iter()
+        .map(|url| {
+            let task = runtime.spawn(plaza_load::server::sample(url.clone(), sampler_rx.clone()));
+            (url, task)
+        })
+        .collect();
     let mut report = runtime.block_on(plaza_load::run_with_stop(cfg, stop))?;
     let _ = sampler_stop.send(true);
-    if let Some(task) = sampler {
-        report.server = runtime.block_on(task).ok().flatten();
+    for (url, task) in samplers {
+        match runtime.block_on(task).ok().flatten() {
+            Some(p) => report.servers.push(p),
+            None => eprintln!(
+                "warning: {url} never returned process_cpu_seconds_total and \
+                 process_resident_memory_bytes; its CPU and RSS are not in the report"
+            ),
+        }
     }
+    report.server = ServerProcess::total(&report.servers);
     let verdict = thresholds.judge(&report);
     let (bots_ok, thresholds_ok) = (verdict.bots_ok, verdict.thresholds_ok);
     println!("{}", verdict.line().replace("**", ""));

@@ -153,15 +153,53 @@ pub struct Report {
     /// scraped.
     #[serde(default)]
     pub server: Option<ServerProcess>,
+    /// Each scraped server process (`--server-metrics URL`, one entry per URL); `server` is
+    /// their sum.
+    #[serde(default)]
+    pub servers: Vec<ServerProcess>,
+    /// The run broken down by room, in room id order.
+    #[serde(default)]
+    pub per_room: Vec<RoomReport>,
     /// The verdict against the command line's thresholds (filled in by the CLI).
     #[serde(default)]
     pub verdict: Option<Verdict>,
+}
+
+/// One room's share of a run.
+#[derive(Clone, Debug, Default, Deserialize, PartialEq, Serialize)]
+pub struct RoomReport {
+    /// The room id.
+    pub room: String,
+    /// Bots assigned to the room that started.
+    pub bots: u64,
+    /// Bots that joined at least once.
+    pub connected: u64,
+    /// Bots that never joined.
+    pub failed: u64,
+    /// Bots that joined but ended the run disconnected against their will.
+    pub lost: u64,
+    /// Snapshot frames the room's bots received.
+    pub frames: u64,
+    /// Received bytes per bot per second of connected time.
+    pub down_bytes_per_bot_per_s: f64,
+    /// Sent bytes per bot per second of connected time.
+    pub up_bytes_per_bot_per_s: f64,
+    /// Time between consecutive snapshot frames of one bot of the room.
+    pub snapshot_interval_ms: Percentiles,
+    /// The server's room tick p99 over the run (ms). Plaza's tick histogram carries no room
+    /// label (labels stay bounded), so this is the p99 over every room of the scraped
+    /// `--metrics-url` process, the same in every row; a server that labels its tick
+    /// histogram with `room` gets its own value per row.
+    pub server_tick_p99_ms: Option<f64>,
 }
 
 /// The server's CPU and memory over a run, from the `process_cpu_seconds_total` and
 /// `process_resident_memory_bytes` of its `/metrics`, scraped once per second.
 #[derive(Clone, Debug, Default, Deserialize, PartialEq, Serialize)]
 pub struct ServerProcess {
+    /// The scraped `/metrics` URL (`total` for the sum of several).
+    #[serde(default)]
+    pub url: String,
     /// CPU seconds the server used between the first and the last scrape.
     pub cpu_seconds: f64,
     /// Seconds between the first and the last scrape.
@@ -444,6 +482,64 @@ impl Report {
         for (k, v) in rows {
             let _ = writeln!(s, "| {k} | {v} |");
         }
+        if !self.per_room.is_empty() {
+            let _ = writeln!(
+                s,
+                "\n## Rooms\n\n| room | bots | connected / failed / lost | down bytes / bot / s | \
+                 up bytes / bot / s | snapshot interval p99 (ms) | server tick p99 (ms) |\n\
+                 |---|---|---|---|---|---|---|"
+            );
+            for r in &self.per_room {
+                let snap = if r.snapshot_interval_ms.count > 0 {
+                    format!("{:.1}", r.snapshot_interval_ms.p99)
+                } else {
+                    "-".into()
+                };
+                let tick = r
+                    .server_tick_p99_ms
+                    .map_or_else(|| "not scraped".into(), |t| format!("{t:.3}"));
+                let _ = writeln!(
+                    s,
+                    "| {} | {} | {} / {} / {} | {:.0} | {:.0} | {snap} | {tick} |",
+                    r.room,
+                    r.bots,
+                    r.connected,
+                    r.failed,
+                    r.lost,
+                    r.down_bytes_per_bot_per_s,
+                    r.up_bytes_per_bot_per_s
+                );
+            }
+            if self.per_room.iter().any(|r| r.server_tick_p99_ms.is_some()) {
+                let _ = writeln!(
+                    s,
+                    "\nServer tick p99: the tick histogram of the `--metrics-url` process over \
+                     all its rooms (it has no room label)."
+                );
+            }
+        }
+        if !self.servers.is_empty() {
+            let _ = writeln!(
+                s,
+                "\n## Server processes\n\n| /metrics | CPU avg / peak (cores) | CPU s / window s | \
+                 RSS start / end / peak (MiB) | samples |\n|---|---|---|---|---|"
+            );
+            for p in &self.servers {
+                let _ = writeln!(
+                    s,
+                    "| {} | {:.2} / {:.2} | {:.1} / {:.1} | {:.0} / {:.0} / {:.0} | {} |",
+                    p.url,
+                    p.cpu_cores_avg,
+                    p.cpu_cores_peak,
+                    p.cpu_seconds,
+                    p.window_s,
+                    p.rss_start_mib,
+                    p.rss_end_mib,
+                    p.rss_peak_mib,
+                    p.samples
+                );
+            }
+        }
         let _ = writeln!(
             s,
             "\n| latency (ms) | p50 | p99 | max | samples |\n|---|---|---|---|---|"
@@ -520,7 +616,48 @@ impl Report {
             "{tick}; load tool CPU {:.1} s, peak RSS {:.0} MiB",
             self.load_cpu_seconds, self.load_peak_rss_mib
         );
+        for p in &self.servers {
+            let _ = writeln!(
+                s,
+                "server {}: CPU {:.2} cores avg ({:.2} peak), RSS {:.0} MiB peak",
+                p.url, p.cpu_cores_avg, p.cpu_cores_peak, p.rss_peak_mib
+            );
+        }
+        for r in &self.per_room {
+            let _ = writeln!(
+                s,
+                "room {}: {} bots ({} connected, {} failed, {} lost), down {:.0} B/bot/s, snapshot p99 {:.1} ms",
+                r.room,
+                r.bots,
+                r.connected,
+                r.failed,
+                r.lost,
+                r.down_bytes_per_bot_per_s,
+                r.snapshot_interval_ms.p99
+            );
+        }
         s
+    }
+}
+
+impl ServerProcess {
+    /// The sum of several processes (CPU and memory add up; the window is the longest).
+    pub fn total(parts: &[Self]) -> Option<Self> {
+        match parts {
+            [] => None,
+            [one] => Some(one.clone()),
+            _ => Some(Self {
+                url: "total".into(),
+                cpu_seconds: parts.iter().map(|p| p.cpu_seconds).sum(),
+                window_s: parts.iter().map(|p| p.window_s).fold(0.0, f64::max),
+                cpu_cores_avg: parts.iter().map(|p| p.cpu_cores_avg).sum(),
+                cpu_cores_peak: parts.iter().map(|p| p.cpu_cores_peak).sum(),
+                rss_start_mib: parts.iter().map(|p| p.rss_start_mib).sum(),
+                rss_end_mib: parts.iter().map(|p| p.rss_end_mib).sum(),
+                rss_peak_mib: parts.iter().map(|p| p.rss_peak_mib).sum(),
+                samples: parts.iter().map(|p| p.samples).min().unwrap_or(0),
+            }),
+        }
     }
 }
 

@@ -161,12 +161,55 @@ pub(crate) struct Keyed {
     pub(crate) frame_errors: KeyedCounts,
 }
 
+/// What the bots of one room recorded (the per-room breakdown of the report).
+#[derive(Default)]
+pub(crate) struct RoomStats {
+    /// Bots assigned to the room that started.
+    pub(crate) bots: AtomicU64,
+    /// Of those, bots that joined at least once.
+    pub(crate) joined: AtomicU64,
+    /// Bots that joined but ended the run disconnected against their will.
+    pub(crate) lost: AtomicU64,
+    pub(crate) down_bytes: AtomicU64,
+    pub(crate) up_bytes: AtomicU64,
+    pub(crate) frames: AtomicU64,
+    /// Sum over the room's bots of the time spent joined, in microseconds.
+    pub(crate) joined_micros: AtomicU64,
+    snapshot_interval: Mutex<Option<Histogram<u64>>>,
+}
+
+impl RoomStats {
+    /// The snapshot interval distribution of the room's bots.
+    pub(crate) fn snapshot_interval(&self) -> Percentiles {
+        self.snapshot_interval
+            .lock()
+            .as_ref()
+            .map(Percentiles::from_micros)
+            .unwrap_or_default()
+    }
+
+    fn record(&self, local: &LocalSamples) {
+        Counters::add(&self.down_bytes, local.down_bytes);
+        Counters::add(&self.up_bytes, local.up_bytes);
+        Counters::add(&self.frames, local.frames);
+        if local.snapshot_interval.is_empty() {
+            return;
+        }
+        let mut h = self.snapshot_interval.lock();
+        let h = h.get_or_insert_with(new_histogram);
+        for v in &local.snapshot_interval {
+            h.saturating_record((*v).clamp(1, MAX_MICROS));
+        }
+    }
+}
+
 /// Everything the bots of a run record into.
 pub(crate) struct Stats {
     pub(crate) counters: Counters,
     pub(crate) keyed: Mutex<Keyed>,
     total: Mutex<HistSet>,
     window: Mutex<HistSet>,
+    rooms: Mutex<BTreeMap<String, std::sync::Arc<RoomStats>>>,
 }
 
 impl Stats {
@@ -176,7 +219,26 @@ impl Stats {
             keyed: Mutex::new(Keyed::default()),
             total: Mutex::new(HistSet::new()),
             window: Mutex::new(HistSet::new()),
+            rooms: Mutex::new(BTreeMap::new()),
         }
+    }
+
+    /// The statistics of `room` (created on first use; bots keep the `Arc`).
+    pub(crate) fn room(&self, room: &str) -> std::sync::Arc<RoomStats> {
+        self.rooms
+            .lock()
+            .entry(room.to_owned())
+            .or_default()
+            .clone()
+    }
+
+    /// Every room's statistics, by room id.
+    pub(crate) fn rooms(&self) -> Vec<(String, std::sync::Arc<RoomStats>)> {
+        self.rooms
+            .lock()
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect()
     }
 
     /// Records one sample directly (for rare samples such as connects and resumes).
@@ -188,6 +250,9 @@ impl Stats {
 
     /// Merges a bot's batch of samples and byte counts, and empties it.
     pub(crate) fn flush(&self, local: &mut LocalSamples) {
+        if let Some(room) = local.room.clone() {
+            room.record(local);
+        }
         Counters::add(
             &self.counters.down_bytes,
             std::mem::take(&mut local.down_bytes),
@@ -229,8 +294,10 @@ impl Stats {
 }
 
 /// A bot's unflushed samples (microseconds) and byte counts.
-#[derive(Debug, Default)]
+#[derive(Default)]
 pub(crate) struct LocalSamples {
+    /// The bot's room, which [`Stats::flush`] also records into.
+    pub(crate) room: Option<std::sync::Arc<RoomStats>>,
     pub(crate) snapshot_interval: Vec<u64>,
     pub(crate) move_to_seen: Vec<u64>,
     pub(crate) rtt: Vec<u64>,

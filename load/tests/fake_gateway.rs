@@ -261,6 +261,22 @@ async fn bots_join_decode_and_see_each_other() {
     assert!(!report.series.is_empty());
     assert!(report.series.iter().any(|p| p.connected == 8));
     assert!(report.load_cpu_seconds >= 0.0);
+    // The per-room breakdown: two rooms of four bots, adding up to the totals.
+    let rooms: Vec<(&str, u64, u64)> = report
+        .per_room
+        .iter()
+        .map(|r| (r.room.as_str(), r.bots, r.connected))
+        .collect();
+    assert_eq!(rooms, [("load-0", 4, 4), ("load-1", 4, 4)], "{report:#?}");
+    assert_eq!(
+        report.per_room.iter().map(|r| r.frames).sum::<u64>(),
+        report.frames_received
+    );
+    for r in &report.per_room {
+        assert!(r.snapshot_interval_ms.count > 0, "{r:?}");
+        assert!(r.down_bytes_per_bot_per_s > 0.0, "{r:?}");
+        assert_eq!((r.failed, r.lost), (0, 0), "{r:?}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
