@@ -153,6 +153,10 @@ fn room_state(r: &RoomState) -> pbn::RoomState {
                 last_input_seq: m.last_input_seq,
                 has_last_timestamp: m.last_timestamp_s.is_some(),
                 last_timestamp_s: m.last_timestamp_s.unwrap_or(0.0),
+                wallet: m.wallet.clone(),
+                display_name: m.display_name.clone(),
+                profile_version: m.profile_version,
+                personal_space_m: m.personal_space_m,
             })
             .collect(),
         props: r
@@ -225,6 +229,14 @@ fn room_state(r: &RoomState) -> pbn::RoomState {
                 catching_up: s.catching_up.iter().copied().collect(),
             })
             .collect(),
+        blocks: r
+            .blocks
+            .iter()
+            .map(|(a, b)| pbn::BlockPair {
+                blocker: a.clone(),
+                blocked: b.clone(),
+            })
+            .collect(),
     }
 }
 
@@ -285,6 +297,10 @@ fn core_state(room_id: &str, s: pbn::RoomState) -> Result<RoomState, HandoffErro
             },
             last_input_seq: m.last_input_seq,
             last_timestamp_s: timestamp,
+            wallet: m.wallet,
+            display_name: m.display_name,
+            profile_version: m.profile_version,
+            personal_space_m: m.personal_space_m,
         });
     }
     let mut props = Vec::with_capacity(s.props.len());
@@ -379,6 +395,11 @@ fn core_state(room_id: &str, s: pbn::RoomState) -> Result<RoomState, HandoffErro
         emotes,
         emotes_stale: s.emotes_stale,
         scenes,
+        blocks: s
+            .blocks
+            .into_iter()
+            .map(|b| (b.blocker, b.blocked))
+            .collect(),
     })
 }
 
@@ -448,6 +469,10 @@ mod tests {
                     pose,
                     last_input_seq: 500,
                     last_timestamp_s: Some(1234.5),
+                    wallet: "0xaaa".into(),
+                    display_name: "Ana".into(),
+                    profile_version: 4,
+                    personal_space_m: 1.5,
                 },
                 MemberState {
                     session: 12,
@@ -456,6 +481,10 @@ mod tests {
                     pose: Pose::default(),
                     last_input_seq: 0,
                     last_timestamp_s: None,
+                    wallet: "0xbbb".into(),
+                    display_name: String::new(),
+                    profile_version: 0,
+                    personal_space_m: 0.0,
                 },
             ],
             props: vec![
@@ -505,6 +534,7 @@ mod tests {
             .into(),
             emotes_stale: 2,
             scenes: [("chess".to_owned(), scene)].into(),
+            blocks: vec![("0xaaa".into(), "0xbbb".into())],
         }
     }
 

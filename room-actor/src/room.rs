@@ -232,8 +232,18 @@ enum Kind {
 /// An ordered presence write, done by the room's presence task off the tick path.
 #[derive(Debug)]
 enum PresenceOp {
-    Register { wallet: String, entity: u32 },
-    Release { wallet: String },
+    Register {
+        wallet: String,
+        entity: u32,
+    },
+    Release {
+        wallet: String,
+    },
+    /// A member announced a higher profile version (`Directory::announce_profile`).
+    Announce {
+        wallet: String,
+        version: u64,
+    },
 }
 
 impl Actor for RoomActor {
@@ -393,7 +403,11 @@ impl Actor for RoomActor {
                 }
                 state.links.insert(session, Link::new(wallet, tx, link_id));
                 state.metrics.sessions.inc();
-                state.room.join_with_entity(session, entity);
+                let wallet = state
+                    .links
+                    .get(&session)
+                    .map_or_else(String::new, |l| l.wallet.clone());
+                state.room.join_member(session, wallet, entity);
                 state.empty_since = None;
             }
             RoomMsg::Input { session, envelope } => {
@@ -838,6 +852,14 @@ impl RoomState {
             }
             // Appended in `on_tick` before delivery; never reaches here.
             Outbound::Audit { .. } => {}
+            Outbound::ProfileAnnounced { session, version } => {
+                if let Some(link) = self.links.get(&session) {
+                    let _ = self.presence.send(PresenceOp::Announce {
+                        wallet: link.wallet.clone(),
+                        version,
+                    });
+                }
+            }
             Outbound::Left { session, entity } => {
                 // The link may already belong to a newer attachment of this session whose join
                 // is queued behind this leave (its old stream ended, then it re-attached): that
@@ -1070,6 +1092,22 @@ fn spawn_directory_writer(
             tokio::select! {
                 op = rx.recv() => {
                     let Some(op) = op else { break };
+                    if let PresenceOp::Announce { wallet, version } = &op {
+                        // The profile version travels to the directory (its own dedup keeps
+                        // the highest); a write that cannot be committed now is not retried:
+                        // the next announcement carries a higher version anyway.
+                        if lease.may_commit() {
+                            let sent = unix_ms();
+                            match dir.announce_profile(wallet, *version, Sources::ROOM).await {
+                                Ok(_) => events.commit(&room, lease.epoch(), sent, unix_ms(), "announce"),
+                                Err(e) => {
+                                    tracing::warn!(room = %room, error = %e, "profile announcement failed");
+                                    metrics.directory_error(e.code());
+                                }
+                            }
+                        }
+                        continue;
+                    }
                     let (what, wallet, want) = match &op {
                         PresenceOp::Register { wallet, entity } => {
                             activation.set_member(wallet, Some(*entity));
@@ -1079,6 +1117,7 @@ fn spawn_directory_writer(
                             activation.set_member(wallet, None);
                             ("release", wallet.clone(), None)
                         }
+                        PresenceOp::Announce { .. } => continue,
                     };
                     // The newest write of a wallet supersedes one waiting for a retry.
                     retry.remove(&wallet);
@@ -1097,6 +1136,7 @@ fn spawn_directory_writer(
                             .presence_release(&wallet, Sources::ROOM, epoch)
                             .await
                             .map(|_| ()),
+                        PresenceOp::Announce { .. } => Ok(()),
                     };
                     match res {
                         Ok(()) => events.commit(&room, epoch, sent, unix_ms(), what),

@@ -10,6 +10,7 @@ use plaza_room_core::consent::ConsentOp;
 use plaza_room_core::emotes::EmoteRequest;
 use plaza_room_core::events::{EventBody, PropChange, RoomEvent, TeleportCause};
 use plaza_room_core::interactions::{InteractionKind, InteractionRequest};
+use plaza_room_core::people::BlockOp;
 use plaza_room_core::scene::{SceneClientEvent, SceneOp};
 use plaza_room_core::{Input, MoveInput};
 
@@ -137,10 +138,27 @@ pub(crate) fn decode(
             seq,
             destination: t.destination,
         }),
-        B::Block(_) => Decoded::Invalid("block", "not supported by this room yet"),
-        B::PersonalSpace(_) => Decoded::Invalid("personal_space", "not supported by this room yet"),
+        B::Block(b) => Decoded::Input(Input::Block {
+            seq,
+            op: match pb::BlockOp::try_from(b.op) {
+                Ok(pb::BlockOp::Block) => Some(BlockOp::Block),
+                Ok(pb::BlockOp::Unblock) => Some(BlockOp::Unblock),
+                // Refused by the core.
+                _ => None,
+            },
+            target_entity: b.target_entity,
+            target_wallet: b.target_wallet,
+        }),
+        B::PersonalSpace(p) => Decoded::Input(Input::PersonalSpace {
+            seq,
+            radius_m: p.radius_m,
+        }),
         B::Expression(_) => Decoded::Invalid("expression", "not supported by this room yet"),
-        B::Profile(_) => Decoded::Invalid("profile", "not supported by this room yet"),
+        B::Profile(p) => Decoded::Input(Input::Profile {
+            seq,
+            version: p.version,
+            display_name: p.display_name,
+        }),
     }
 }
 
@@ -262,6 +280,32 @@ pub(crate) fn event(e: &RoomEvent) -> pb::Event {
                 TeleportCause::Operator => pb::TeleportCause::Operator,
             } as i32,
             last_input_sequence: *last_input_seq,
+        }),
+        EventBody::Roster {
+            full,
+            upserts,
+            removed,
+        } => K::Roster(pb::RosterUpdate {
+            full: *full,
+            upserts: upserts
+                .iter()
+                .map(|u| pb::RosterEntry {
+                    entity_id: u.entity,
+                    wallet: u.wallet.clone(),
+                    display_name: u.display_name.clone(),
+                    profile_version: u.profile_version,
+                })
+                .collect(),
+            removed: removed.clone(),
+        }),
+        EventBody::Block {
+            target_wallet,
+            target_entity,
+            blocked,
+        } => K::Block(pb::BlockEvent {
+            target_wallet: target_wallet.clone(),
+            target_entity: *target_entity,
+            blocked: *blocked,
         }),
         EventBody::Rejected {
             in_reply_to,

@@ -78,6 +78,9 @@ pub struct RoomConfig {
     pub consent: ConsentConfig,
     /// Lockstep scene limits.
     pub scene: SceneConfig,
+    /// Most bytes of roster entries one client gets per broadcast (at least one entry when any
+    /// is due); a longer roster (a keyframe's) is split over the following broadcasts.
+    pub roster_bytes_per_broadcast: u32,
 }
 
 impl Default for RoomConfig {
@@ -100,6 +103,7 @@ impl Default for RoomConfig {
             reach_m: DEFAULT_REACH_M,
             consent: ConsentConfig::default(),
             scene: SceneConfig::default(),
+            roster_bytes_per_broadcast: 1024,
         }
     }
 }

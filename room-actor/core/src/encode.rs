@@ -124,6 +124,21 @@ impl Room {
     /// split into that many runs encoded on scoped threads; the frames and their order are the
     /// same either way.
     pub(crate) fn encode_frames(&mut self, groups: std::ops::Range<u32>, out: &mut Vec<Outbound>) {
+        let start = out.len();
+        self.encode_frames_into(groups, out);
+        // Roster updates are made beside their frames (maybe on helper threads): number them
+        // here, in delivery order, so event sequence numbers stay gap-free.
+        for o in &mut out[start..] {
+            if let Outbound::Event(e) = o {
+                self.room_seq += 1;
+                self.stats.events += 1;
+                self.stats.roster_updates += 1;
+                e.room_seq = self.room_seq;
+            }
+        }
+    }
+
+    fn encode_frames_into(&mut self, groups: std::ops::Range<u32>, out: &mut Vec<Outbound>) {
         let k = self.groups.max(1);
         let ctx = EncodeCtx {
             arena: &self.arena,
@@ -137,6 +152,8 @@ impl Room {
             // Interest is recomputed every `REFRESH_EVERY`-th broadcast per member, staggered
             // by entity; in between a member keeps whom it saw (see `interest::REFRESH_EVERY`).
             phase: self.stats.broadcasts,
+            identities: &self.identities,
+            roster_bytes: self.cfg.roster_bytes_per_broadcast as usize,
         };
         let mut jobs: Vec<(SessionId, &mut Member)> = self
             .members
@@ -214,6 +231,10 @@ struct EncodeCtx<'a> {
     cap: usize,
     tick: u32,
     phase: u64,
+    /// Every member's identity, by avatar entity (roster entries).
+    identities: &'a std::collections::BTreeMap<u32, crate::people::Identity>,
+    /// Roster bytes per client per broadcast.
+    roster_bytes: usize,
 }
 
 /// Buffers one thread of an encode pass reuses from frame to frame.
@@ -242,6 +263,8 @@ fn encode_run(
         cap,
         tick,
         phase,
+        identities,
+        roster_bytes,
     } = *ctx;
     let slot_of = |id: u32| slot.get(id as usize).copied().filter(|s| *s != u32::MAX);
     let refresh_all = avatars <= cap + 1;
@@ -256,14 +279,24 @@ fn encode_run(
             m.seen.clear();
             m.seen.extend(scratch.interest.entries.iter().map(|e| e.0));
         }
-        // Whom the member sees, minus those who left, with tiers from the current distance.
+        // Whom the member sees, minus those who left, those it blocks or is blocked by, and
+        // those inside its personal space, with tiers from the current distance.
         visible.clear();
+        let hidden = &m.hidden;
+        let space_sq = m.personal_space_m * m.personal_space_m;
         m.seen.retain(|id| match slot_of(*id) {
             Some(i) => {
+                if !hidden.is_empty() && hidden.binary_search(id).is_ok() {
+                    return false;
+                }
                 let record = &arena[i as usize];
                 let p = pos_m[i as usize];
                 let (dx, dy, dz) = (p[0] - at[0], p[1] - at[1], p[2] - at[2]);
-                let tier = index.tier_of(dx * dx + dy * dy + dz * dz);
+                let d2 = dx * dx + dy * dy + dz * dz;
+                if d2 < space_sq {
+                    return false;
+                }
+                let tier = index.tier_of(d2);
                 visible.push(Visible { record, tier });
                 true
             }
@@ -285,6 +318,17 @@ fn encode_run(
         let st = m.encoder.encode(tick, Some(&own), &visible, buf);
         // One exact-size allocation per frame; `buf` keeps its capacity.
         let bytes = buf.clone();
+        // Who the frame's avatars are: before the frame (a keyframe's full roster first).
+        if let Some(body) = m
+            .roster
+            .update(&m.seen, identities, st.keyframe, roster_bytes)
+        {
+            out.push(Outbound::Event(crate::events::RoomEvent {
+                room_seq: 0,
+                to: vec![*session],
+                body,
+            }));
+        }
         stats.frames += 1;
         stats.frame_bytes += bytes.len() as u64;
         stats.deferrals += u64::from(st.deferred);

@@ -15,6 +15,8 @@
 //! | `SceneClient`          | `scene_client` (`SceneClientEvent`)                            |
 //! | `SceneStateRequest`    | `scene_client` with kind `STATE_REQUESTED`, `tick = min_tick`  |
 //! | `Teleported`           | `teleported` (`Teleported`; `cause` -> `TeleportCause`)        |
+//! | `Roster`               | `roster` (`RosterUpdate`)                                      |
+//! | `Block`                | `block` (`BlockEvent`)                                         |
 //! | `Rejected`             | `rejected` (`RequestRejected`; `reason` = [`Refusal::code`])   |
 //!
 //! Recipients: prop events go to every member (and a joiner gets one `Pickup` event per prop
@@ -140,6 +142,24 @@ pub enum EventBody {
         cause: TeleportCause,
         /// The mover's last applied input sequence before the teleport.
         last_input_seq: u32,
+    },
+    /// Who the avatars in this client's frames are (`RosterUpdate`); to one member.
+    Roster {
+        /// Replaces everything the client held (sent with a keyframe, before it).
+        full: bool,
+        /// Entries added or changed.
+        upserts: Vec<crate::people::RosterEntry>,
+        /// Entities whose entries are dropped (they left the client's frames).
+        removed: Vec<u32>,
+    },
+    /// A block or unblock took effect (`BlockEvent`); to the member who asked.
+    Block {
+        /// The other member's wallet.
+        target_wallet: String,
+        /// The other member's avatar (0 if not in the room).
+        target_entity: u32,
+        /// Blocked now (false: unblocked).
+        blocked: bool,
     },
     /// A request was refused (`RequestRejected`); sent to the requester only.
     Rejected {
@@ -279,6 +299,9 @@ pub enum Refusal {
     /// The two members block each other (one blocked the other).
     #[error("blocked")]
     Blocked,
+    /// A value out of its range (a non-finite or negative radius).
+    #[error("invalid value")]
+    InvalidValue,
 }
 
 impl Refusal {
@@ -311,6 +334,7 @@ impl Refusal {
             Self::BadTick => "bad_tick",
             Self::NoSuchDestination => "no_such_destination",
             Self::Blocked => "blocked",
+            Self::InvalidValue => "invalid_value",
         }
     }
 }

@@ -77,6 +77,33 @@ pub enum Input {
         /// The op.
         op: SceneOp,
     },
+    /// Block or unblock another member (`plaza.v1.BlockAction`).
+    Block {
+        /// Client envelope sequence.
+        seq: u32,
+        /// The op; `None` for `BLOCK_OP_UNSPECIFIED` or an unknown value (refused).
+        op: Option<crate::people::BlockOp>,
+        /// The other member's avatar (used when `target_wallet` is empty).
+        target_entity: u32,
+        /// The other member's wallet (wins over `target_entity`).
+        target_wallet: String,
+    },
+    /// Set the member's personal-space radius (`plaza.v1.PersonalSpace`).
+    PersonalSpace {
+        /// Client envelope sequence.
+        seq: u32,
+        /// Metres; 0 turns it off; capped at [`crate::people::MAX_PERSONAL_SPACE_M`].
+        radius_m: f32,
+    },
+    /// Announce the member's profile (`plaza.v1.ProfileAnnouncement`).
+    Profile {
+        /// Client envelope sequence.
+        seq: u32,
+        /// Profile version (monotonic per wallet).
+        version: u64,
+        /// Display name.
+        display_name: String,
+    },
     /// Ask to be moved to a named destination (`plaza.v1.TeleportRequest`): a spawn point of
     /// the room definition with `requestable` set.
     Teleport {
@@ -223,6 +250,14 @@ pub enum Outbound {
     },
     /// A discrete event (`plaza.v1.Event`) for the sessions in `to`.
     Event(RoomEvent),
+    /// A member announced a higher profile version: record it in the directory
+    /// (`announce_profile`, source ROOM).
+    ProfileAnnounced {
+        /// Who.
+        session: SessionId,
+        /// The new version.
+        version: u64,
+    },
     /// A consent audit record to append durably before delivering the events that follow.
     Audit {
         /// This room instance's audit counter (1, 2, ...; restored by [`Room::restore`]): a
@@ -279,4 +314,14 @@ pub struct RoomStats {
     pub events: u64,
     /// Server-made teleports (requests, portals, operators).
     pub teleports: u64,
+    /// Profile announcements that superseded (a higher version).
+    pub profiles_superseded: u64,
+    /// Profile announcements merged (the same version).
+    pub profiles_merged: u64,
+    /// Profile announcements dropped (a lower version).
+    pub profiles_stale: u64,
+    /// Roster updates sent.
+    pub roster_updates: u64,
+    /// Blocks and unblocks that changed something.
+    pub block_changes: u64,
 }

@@ -33,6 +33,7 @@ pub mod events;
 pub mod ids;
 pub mod interactions;
 pub mod interest;
+pub mod people;
 pub mod scene;
 pub mod state;
 mod validate;
@@ -56,6 +57,7 @@ use crate::events::{EventBody, JsonObject, Refusal, RoomEvent, TeleportCause};
 use crate::ids::EntityIds;
 use crate::interactions::{Actor, PropUpdate, Props, prop_entity};
 use crate::interest::{InterestIndex, InterestSet};
+use crate::people::{Announced, BlockOp, Blocks, Identity, RosterView};
 use crate::scene::{SceneOp, SceneOut, Scenes};
 
 impl RoomStats {
@@ -83,12 +85,40 @@ struct Member {
     encoder: FrameEncoder,
     /// Avatars this member saw in the last broadcast (sorted): who is told about emotes.
     seen: Vec<u32>,
+    /// The member's identity (wallet or guest id).
+    wallet: String,
+    /// Avatars of members this one blocks or is blocked by (sorted): never in its view.
+    hidden: Vec<u32>,
+    /// Avatars closer than this (metres) are left out of its view (0: off).
+    personal_space_m: f32,
+    /// What its client holds of the roster.
+    roster: RosterView,
+}
+
+impl Member {
+    /// A member that just joined (or was restored) at `pose`.
+    fn new(entity: u32, pose: Pose, wallet: String, encoder: FrameEncoder, now_ms: u64) -> Self {
+        Self {
+            entity,
+            pose,
+            last_input_seq: 0,
+            last_timestamp_s: None,
+            last_move_ms: now_ms,
+            inputs: VecDeque::new(),
+            encoder,
+            seen: Vec::new(),
+            wallet,
+            hidden: Vec::new(),
+            personal_space_m: 0.0,
+            roster: RosterView::default(),
+        }
+    }
 }
 
 #[derive(Debug)]
 enum Pending {
-    /// A join, with the entity id the session asks to get back (0: any).
-    Join(SessionId, u32),
+    /// A join, with the entity id the session asks to get back (0: any) and its wallet.
+    Join(SessionId, u32, String),
     Leave(SessionId),
 }
 
@@ -143,6 +173,10 @@ pub struct Room {
     /// records carry [`plaza_proto::quant::ANIM_INSTANT`] while the broadcast count is at most
     /// one more (every member's first frame after the teleport, spread or not).
     instants: Vec<(u32, u64)>,
+    /// Every member's identity and profile, by avatar entity.
+    identities: BTreeMap<u32, Identity>,
+    /// Blocks per wallet pair (kept while the room runs, members or not).
+    blocks: Blocks,
 }
 
 impl std::fmt::Debug for Room {
@@ -174,6 +208,8 @@ impl Room {
             room_seq: 0,
             audit_seq: 0,
             instants: Vec::new(),
+            identities: BTreeMap::new(),
+            blocks: Blocks::default(),
             cfg,
             tick: 0,
             broadcast_acc: 0,
@@ -234,15 +270,37 @@ impl Room {
         self.members.get(&session).map(|m| m.pose)
     }
 
-    /// Queue a join; applied at the next tick.
+    /// Queue a join; applied at the next tick. The member's identity is `session:<id>` (a
+    /// shell that knows wallets uses [`Room::join_member`]).
     pub fn join(&mut self, session: SessionId) {
-        self.pending.push(Pending::Join(session, 0));
+        self.join_member(session, format!("session:{session}"), 0);
     }
 
     /// Queue a join that asks for `entity` back (a session resumed after its room's activation
     /// ended): it gets that id if the id is free here, a fresh one otherwise.
     pub fn join_with_entity(&mut self, session: SessionId, entity: u32) {
-        self.pending.push(Pending::Join(session, entity));
+        self.join_member(session, format!("session:{session}"), entity);
+    }
+
+    /// Queue a join of `session` whose identity is `wallet` (its roster entry; blocks are per
+    /// wallet), asking for `entity` back (0: any; see [`Room::join_with_entity`]).
+    pub fn join_member(&mut self, session: SessionId, wallet: String, entity: u32) {
+        self.pending.push(Pending::Join(session, entity, wallet));
+    }
+
+    /// A member's wallet, if the session is a member.
+    pub fn wallet_of(&self, session: SessionId) -> Option<&str> {
+        self.members.get(&session).map(|m| m.wallet.as_str())
+    }
+
+    /// A member's identity and profile, by its avatar entity.
+    pub fn identity(&self, entity: u32) -> Option<&Identity> {
+        self.identities.get(&entity)
+    }
+
+    /// Whether `blocker` blocks `blocked` (wallets).
+    pub fn blocks(&self, blocker: &str, blocked: &str) -> bool {
+        self.blocks.blocked_by(blocker).any(|b| b == blocked)
     }
 
     /// Queue a leave; applied at the next tick.
@@ -278,7 +336,7 @@ impl Room {
         } else if self
             .pending
             .iter()
-            .any(|p| matches!(p, Pending::Join(s, _) if *s == session))
+            .any(|p| matches!(p, Pending::Join(s, _, _) if *s == session))
         {
             // Joined in this same tick: keep the input for after the join.
             self.pending_inputs_for_joiner(session, input);
@@ -434,7 +492,7 @@ impl Room {
     fn apply_pending(&mut self, out: &mut Vec<Outbound>) {
         for p in std::mem::take(&mut self.pending) {
             match p {
-                Pending::Join(session, wanted_entity) => {
+                Pending::Join(session, wanted_entity, wallet) => {
                     if self.members.contains_key(&session) {
                         out.push(Outbound::JoinRefused {
                             session,
@@ -470,19 +528,20 @@ impl Room {
                         broadcast_hz: self.cfg.broadcast_hz,
                         check_every: self.cfg.check_every,
                     });
-                    self.members.insert(
-                        session,
-                        Member {
-                            entity,
-                            pose,
-                            last_input_seq: 0,
-                            last_timestamp_s: None,
-                            last_move_ms: self.now_ms,
-                            inputs: VecDeque::new(),
-                            encoder,
-                            seen: Vec::new(),
+                    self.identities.insert(
+                        entity,
+                        Identity {
+                            wallet: wallet.clone(),
+                            display_name: String::new(),
+                            profile_version: 0,
+                            generation: self.ids.generation(entity),
                         },
                     );
+                    self.members.insert(
+                        session,
+                        Member::new(entity, pose, wallet, encoder, self.now_ms),
+                    );
+                    self.refresh_hidden();
                     out.push(Outbound::Joined {
                         session,
                         entity,
@@ -506,6 +565,8 @@ impl Room {
                         self.physics.remove_avatar(m.entity);
                         self.ids.free(m.entity);
                         self.instants.retain(|(e, _)| *e != m.entity);
+                        self.identities.remove(&m.entity);
+                        self.refresh_hidden();
                         out.push(Outbound::Left {
                             session,
                             entity: m.entity,
@@ -529,7 +590,10 @@ impl Room {
                     | Input::Consent { .. }
                     | Input::Emote { .. }
                     | Input::Scene { .. }
-                    | Input::Teleport { .. } => {}
+                    | Input::Teleport { .. }
+                    | Input::Block { .. }
+                    | Input::PersonalSpace { .. }
+                    | Input::Profile { .. } => {}
                     Input::Move(mv) => {
                         let correct = |m: &mut Member, reason, out: &mut Vec<Outbound>| {
                             out.push(Outbound::Correction {
@@ -618,6 +682,48 @@ impl Room {
         while let Some((session, input)) = self.actions.pop_front() {
             match input {
                 Input::Move(_) | Input::Resync => {}
+                Input::Block {
+                    seq,
+                    op,
+                    target_entity,
+                    target_wallet,
+                } => {
+                    if let Err(r) = self.block(session, op, target_entity, target_wallet, out) {
+                        self.refuse(session, seq, r, out);
+                    }
+                }
+                Input::PersonalSpace { seq, radius_m } => {
+                    let Some(m) = self.members.get_mut(&session) else {
+                        self.refuse(session, seq, Refusal::NotMember, out);
+                        continue;
+                    };
+                    if !radius_m.is_finite() || radius_m < 0.0 {
+                        self.refuse(session, seq, Refusal::InvalidValue, out);
+                        continue;
+                    }
+                    m.personal_space_m = radius_m.min(people::MAX_PERSONAL_SPACE_M);
+                }
+                Input::Profile {
+                    seq,
+                    version,
+                    display_name,
+                } => {
+                    let Some(entity) = self.members.get(&session).map(|m| m.entity) else {
+                        self.refuse(session, seq, Refusal::NotMember, out);
+                        continue;
+                    };
+                    let Some(id) = self.identities.get_mut(&entity) else {
+                        continue;
+                    };
+                    match id.announce(version, &display_name) {
+                        Announced::Superseded => {
+                            self.stats.profiles_superseded += 1;
+                            out.push(Outbound::ProfileAnnounced { session, version });
+                        }
+                        Announced::Merged => self.stats.profiles_merged += 1,
+                        Announced::Stale => self.stats.profiles_stale += 1,
+                    }
+                }
                 Input::Teleport { seq, destination } => {
                     if let Err(r) = self.teleport_to_spawn_point(
                         session,
@@ -655,7 +761,18 @@ impl Room {
                         target: self.party_of_entity(target_entity),
                         consent_id,
                     };
+                    let blocked = op == Some(ConsentOp::Request)
+                        && req
+                            .target
+                            .is_some_and(|t| self.blocked_between(session, t.session));
                     let result = match self.members.get(&session) {
+                        Some(m) if blocked => Err((
+                            Refusal::Blocked,
+                            Some(Party {
+                                session,
+                                entity: m.entity,
+                            }),
+                        )),
                         Some(m) => {
                             let actor = Party {
                                 session,
@@ -734,6 +851,120 @@ impl Room {
                     }
                 }
             }
+        }
+    }
+
+    /// Whether the members `a` and `b` block each other (either way).
+    fn blocked_between(&self, a: SessionId, b: SessionId) -> bool {
+        match (self.members.get(&a), self.members.get(&b)) {
+            (Some(x), Some(y)) => self.blocks.between(&x.wallet, &y.wallet),
+            _ => false,
+        }
+    }
+
+    /// A block or unblock by `session`: audited (`block.added`, `block.removed`) when it
+    /// changes something, acknowledged with a `Block` event to the blocker, in force from the
+    /// next frame on.
+    fn block(
+        &mut self,
+        session: SessionId,
+        op: Option<BlockOp>,
+        target_entity: u32,
+        target_wallet: String,
+        out: &mut Vec<Outbound>,
+    ) -> Result<(), Refusal> {
+        let Some(me) = self.members.get(&session) else {
+            return Err(Refusal::NotMember);
+        };
+        let (my_wallet, my_entity) = (me.wallet.clone(), me.entity);
+        let Some(op) = op else {
+            return Err(Refusal::UnknownOp);
+        };
+        let target = if target_wallet.is_empty() {
+            self.identities
+                .get(&target_entity)
+                .map(|id| id.wallet.clone())
+                .ok_or(Refusal::NoSuchTarget)?
+        } else if target_wallet.len() > people::MAX_WALLET {
+            return Err(Refusal::TooLarge);
+        } else {
+            target_wallet
+        };
+        if target == my_wallet {
+            return Err(Refusal::SelfTarget);
+        }
+        let other = self.members.iter().find(|(_, m)| m.wallet == target);
+        let (other_session, other_entity) = other.map_or((0, 0), |(s, m)| (*s, m.entity));
+        if op == BlockOp::Block && other.is_none() && !self.blocks(&my_wallet, &target) {
+            // A wallet that is not here: blocking it needs it to be a member (unblocking one
+            // that left is fine).
+            return Err(Refusal::NoSuchTarget);
+        }
+        let changed = match op {
+            BlockOp::Block => self
+                .blocks
+                .add(&my_wallet, &target)
+                .map_err(|_| Refusal::TooMany)?,
+            BlockOp::Unblock => self.blocks.remove(&my_wallet, &target),
+        };
+        if changed {
+            self.stats.block_changes += 1;
+            self.refresh_hidden();
+            let d = JsonObject::new()
+                .str("blocker", &my_wallet)
+                .num("blocker_entity", u64::from(my_entity))
+                .num("blocker_session", session)
+                .str("blocked", &target)
+                .num("blocked_entity", u64::from(other_entity))
+                .num("blocked_session", other_session)
+                .num("tick", self.tick)
+                .finish();
+            let kind = match op {
+                BlockOp::Block => "block.added",
+                BlockOp::Unblock => "block.removed",
+            };
+            self.audit(kind, d, out);
+        }
+        let body = EventBody::Block {
+            target_wallet: target,
+            target_entity: other_entity,
+            blocked: op == BlockOp::Block,
+        };
+        self.emit(vec![session], body, out);
+        Ok(())
+    }
+
+    /// Recomputes every member's hidden avatars from the blocks (after a block, an unblock, a
+    /// join or a leave).
+    fn refresh_hidden(&mut self) {
+        if self.blocks.is_empty() {
+            for m in self.members.values_mut() {
+                m.hidden.clear();
+            }
+            return;
+        }
+        let by_wallet: BTreeMap<&str, u32> = self
+            .members
+            .values()
+            .map(|m| (m.wallet.as_str(), m.entity))
+            .collect();
+        let hidden: Vec<Vec<u32>> = self
+            .members
+            .values()
+            .map(|m| {
+                let mut h: Vec<u32> = self
+                    .blocks
+                    .blocked_by(&m.wallet)
+                    .chain(self.blocks.blockers_of(&m.wallet))
+                    .filter_map(|w| by_wallet.get(w).copied())
+                    .collect();
+                h.sort_unstable();
+                h.dedup();
+                h
+            })
+            .collect();
+        for (m, h) in self.members.values_mut().zip(hidden) {
+            m.hidden = h;
         }
     }
 
@@ -875,6 +1106,8 @@ fn spawn_point(center: [f32; 3], entity: u32) -> [f32; 3] {
     ]
 }
 
+#[cfg(test)]
+mod people_tests;
 #[cfg(test)]
 mod proptests;
 #[cfg(test)]

@@ -10,7 +10,7 @@
 //! (a prop's rotation restarts upright), and wallets (the core knows sessions only; the shell
 //! keeps the session-to-wallet map beside it). Serializing it is the caller's job.
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet};
 
 use plaza_proto::frame::{EncoderConfig, FrameEncoder};
 use plaza_proto::quant::Pose;
@@ -37,6 +37,15 @@ pub struct MemberState {
     pub last_input_seq: u32,
     /// Client timestamp of the last applied move, seconds.
     pub last_timestamp_s: Option<f64>,
+    /// The member's identity (wallet). The handoff carries it beside the session; a restore
+    /// with an empty wallet names the member `session:<id>`.
+    pub wallet: String,
+    /// The announced display name.
+    pub display_name: String,
+    /// The announced profile version.
+    pub profile_version: u64,
+    /// Personal-space radius, metres (0: off).
+    pub personal_space_m: f32,
 }
 
 /// One prop in a [`RoomState`].
@@ -85,6 +94,8 @@ pub struct RoomState {
     pub emotes_stale: u64,
     /// Lockstep scenes.
     pub scenes: BTreeMap<String, Scene>,
+    /// Blocks, `(blocker wallet, blocked wallet)`, sorted.
+    pub blocks: Vec<(String, String)>,
 }
 
 impl Room {
@@ -100,6 +111,16 @@ impl Room {
                 pose: m.pose,
                 last_input_seq: m.last_input_seq,
                 last_timestamp_s: m.last_timestamp_s,
+                wallet: m.wallet.clone(),
+                display_name: self
+                    .identities
+                    .get(&m.entity)
+                    .map_or_else(String::new, |i| i.display_name.clone()),
+                profile_version: self
+                    .identities
+                    .get(&m.entity)
+                    .map_or(0, |i| i.profile_version),
+                personal_space_m: m.personal_space_m,
             })
             .collect();
         let props = self
@@ -131,6 +152,11 @@ impl Room {
             emotes: self.emotes.slots().clone(),
             emotes_stale: self.emotes.stale(),
             scenes: self.scenes.scenes().clone(),
+            blocks: self
+                .blocks
+                .pairs()
+                .map(|(a, b)| (a.to_owned(), b.to_owned()))
+                .collect(),
         }
     }
 
@@ -150,6 +176,20 @@ impl Room {
         for (_, m) in std::mem::take(&mut self.members) {
             self.physics.remove_avatar(m.entity);
             self.ids.free(m.entity);
+        }
+        self.identities.clear();
+        self.instants.clear();
+        self.blocks = crate::people::Blocks::default();
+        for (a, b) in &snap.blocks {
+            if a.is_empty()
+                || b.is_empty()
+                || a == b
+                || a.len() > crate::people::MAX_WALLET
+                || b.len() > crate::people::MAX_WALLET
+                || self.blocks.add(a, b).is_err()
+            {
+                dropped += 1;
+            }
         }
         self.pending.clear();
         self.actions.clear();
@@ -185,20 +225,31 @@ impl Room {
                 broadcast_hz: self.cfg.broadcast_hz,
                 check_every: self.cfg.check_every,
             });
-            self.members.insert(
-                ms.session,
-                Member {
-                    entity: ms.entity,
-                    pose,
-                    last_input_seq: ms.last_input_seq,
-                    // A non-finite reference time would refuse every later move.
-                    last_timestamp_s: ms.last_timestamp_s.filter(|t| t.is_finite()),
-                    last_move_ms: snap.now_ms,
-                    inputs: VecDeque::new(),
-                    encoder,
-                    seen: Vec::new(),
+            let wallet = if ms.wallet.is_empty() {
+                format!("session:{}", ms.session)
+            } else {
+                ms.wallet
+            };
+            let mut member = Member::new(ms.entity, pose, wallet.clone(), encoder, snap.now_ms);
+            member.last_input_seq = ms.last_input_seq;
+            // A non-finite reference time would refuse every later move.
+            member.last_timestamp_s = ms.last_timestamp_s.filter(|t| t.is_finite());
+            member.personal_space_m = if ms.personal_space_m.is_finite() {
+                ms.personal_space_m
+                    .clamp(0.0, crate::people::MAX_PERSONAL_SPACE_M)
+            } else {
+                0.0
+            };
+            self.identities.insert(
+                ms.entity,
+                crate::people::Identity {
+                    wallet,
+                    display_name: crate::people::clean_display_name(&ms.display_name),
+                    profile_version: ms.profile_version,
+                    generation: ms.generation,
                 },
             );
+            self.members.insert(ms.session, member);
         }
         let mut slots = BTreeMap::new();
         for p in snap.props {
@@ -266,6 +317,7 @@ impl Room {
         }
         scenes.retain(|_, scene| !scene.clients.is_empty());
         self.scenes.restore(scenes);
+        self.refresh_hidden();
         dropped
     }
 }
