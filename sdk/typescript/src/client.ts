@@ -10,7 +10,8 @@
  * Collection callbacks (`onAvatarEnter`, `onProp`, `onConsent`, `onRoster`, …) first replay
  * what already exists, then report changes; each returns its unsubscribe function.
  *
- * Not here: smoothing of remote avatars (`smoothing.ts`), own-avatar prediction (`prediction.ts`).
+ * Not here: smoothing of remote avatars (`smoothing.ts`), own-avatar and prop pickup prediction
+ * (`prediction.ts`, its own entry point `@plaza/sdk/prediction`: it loads Rapier's WebAssembly build).
  */
 import { create, fromBinary, toBinary, type MessageInitShape } from "@bufbuild/protobuf";
 

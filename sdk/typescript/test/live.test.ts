@@ -7,7 +7,10 @@ import { fileURLToPath } from "node:url";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import WebSocket from "ws";
 
-import { PlazaClient, type WebSocketLike, positionM, zeroPose, type Pose } from "../src/index.js";
+import { writeFileSync } from "node:fs";
+
+import { PlazaClient, type WebSocketLike, positionM, zeroPose, type Pose, type Vec3, pb } from "../src/index.js";
+import { replay, type RecordedEntry, type RecordedExchange } from "./pickup.js";
 import { startPlaza, until, type Plaza } from "./plaza.js";
 
 const PKG = join(dirname(fileURLToPath(import.meta.url)), "..");
@@ -132,5 +135,96 @@ describe("PlazaClient against plaza up", () => {
     await until(() => a.state === "closed", 10_000, "closed");
     expect(closes).toHaveLength(1);
     expect(closes[0]).toMatchObject({ code: 4003, name: "auth", willRetry: false });
+  });
+
+  it("predicts a pickup race with Rapier and reconciles it with the server's answers", async () => {
+    const a = client("live-pickup", "gina");
+    const b = client("live-pickup", "hal");
+    await until(() => a.state === "joined" && b.state === "joined" && a.propList().some((p) => p.record), 15_000, "both joined, props seen");
+    // The prop nearest the spawn point; both walk to it (a first placement at the spawn, then
+    // 3 m/s steps at 20 Hz, within the server's speed limit).
+    const s = a.joined!.position!;
+    const spawn: Vec3 = [s.x, s.y, s.z];
+    const dist = (p: Vec3) => Math.hypot(p[0] - spawn[0], p[2] - spawn[2]);
+    const prop = a.propList().filter((p) => p.record).map((p) => ({ id: p.propId, at: positionM(p.record!.pose) })).sort((x, y) => dist(x.at) - dist(y.at))[0]!;
+    const goal = (dx: number): Vec3 => [prop.at[0] + dx, spawn[1], prop.at[2]];
+    const walk = async (c: PlazaClient, to: Vec3) => {
+      let at = spawn;
+      c.move({ ...zeroPose(), position: at }, { instant: true });
+      for (;;) {
+        await new Promise((r) => setTimeout(r, 50));
+        const d: Vec3 = [to[0] - at[0], 0, to[2] - at[2]];
+        const n = Math.hypot(d[0], d[2]);
+        if (n < 1e-3) break;
+        const k = Math.min(1, 0.15 / n);
+        at = [at[0] + d[0] * k, at[1], at[2] + d[2] * k];
+        c.move({ ...zeroPose(), position: at, velocity: [(d[0] * k) / 0.05, 0, (d[2] * k) / 0.05], movementKind: 1 });
+      }
+      c.move({ ...zeroPose(), position: at });
+      return at;
+    };
+    const [feetA, feetB] = await Promise.all([walk(a, goal(-0.6)), walk(b, goal(0.6))]);
+    await new Promise((r) => setTimeout(r, 300));
+    // Record both sides from here on, in arrival order.
+    const t0 = performance.now();
+    const record = (c: PlazaClient, feet: Vec3) => {
+      const entries: RecordedEntry[] = [];
+      const t = () => performance.now() - t0;
+      const offs = [
+        c.on("event", (ev: pb.Event) => {
+          if (ev.kind.case === "prop") {
+            const e = ev.kind.value;
+            entries.push({ t: t(), kind: "prop", propId: e.propId, holderEntity: e.holderEntity, position: e.position && [e.position.x, e.position.y, e.position.z] });
+          } else if (ev.kind.case === "rejected") {
+            entries.push({ t: t(), kind: "rejected", inReplyTo: ev.kind.value.inReplyTo, reason: ev.kind.value.reason });
+          }
+        }),
+        c.on("frame", (f) => {
+          for (const id of f.frame.changed) {
+            const rec = c.decoder.get(id);
+            if (rec && id === prop.id + 1048576) entries.push({ t: t(), kind: "pose", propId: prop.id, position: positionM(rec.pose) });
+          }
+          entries.push({ t: t(), kind: "frame" });
+        }),
+      ];
+      return { entries, feet, stop: () => offs.forEach((off) => off()) };
+    };
+    const ra = record(a, feetA);
+    const rb = record(b, feetB);
+    await new Promise((r) => setTimeout(r, 120));
+    // Both grab in the same instant; the server gives the prop to one of them.
+    const now = performance.now() - t0;
+    const seqA = a.interact(pb.InteractionKind.PICKUP, prop.id);
+    const seqB = b.interact(pb.InteractionKind.PICKUP, prop.id);
+    ra.entries.push({ t: now, kind: "grab", propId: prop.id, seq: seqA });
+    rb.entries.push({ t: now, kind: "grab", propId: prop.id, seq: seqB });
+    await until(() => a.propList().find((p) => p.propId === prop.id)!.holderEntity !== 0, 5_000, "the prop is held");
+    await new Promise((r) => setTimeout(r, 400));
+    ra.stop();
+    rb.stop();
+    const holder = a.propList().find((p) => p.propId === prop.id)!.holderEntity;
+    expect([a.entityId, b.entityId]).toContain(holder);
+    const exchanges: RecordedExchange[] = [a, b].map((c, i) => {
+      const r = i === 0 ? ra : rb;
+      return { outcome: c.entityId === holder ? "accepted" : "refused", ownEntity: c.entityId, ownFeet: r.feet, propId: prop.id, entries: [...r.entries].sort((x, y) => x.t - y.t) };
+    });
+    for (const x of exchanges) {
+      const { predictor, frames } = await replay(x);
+      expect(frames.length, x.outcome).toBeGreaterThan(2);
+      expect(predictor.maxVisibleMispredictionFrames, x.outcome).toBeLessThanOrEqual(1);
+      expect(frames[frames.length - 1]!.heldByMe, x.outcome).toBe(x.outcome === "accepted");
+      expect(predictor.undone, x.outcome).toBe(x.outcome === "refused" ? 1 : 0);
+      if (x.outcome === "accepted") {
+        // The predicted hand position matches where the server holds the prop (its frames).
+        const server = [...x.entries].reverse().find((e) => e.kind === "pose") as { position: Vec3 } | undefined;
+        const drawn = frames[frames.length - 1]!.position;
+        expect(server, "the held prop's pose is in the frames").toBeDefined();
+        expect(Math.hypot(drawn[0] - server!.position[0], drawn[1] - server!.position[1], drawn[2] - server!.position[2])).toBeLessThan(0.05);
+      }
+      predictor.free();
+    }
+    // PLAZA_RECORD_PICKUP=path writes this exchange as the replay fixture.
+    const out = process.env.PLAZA_RECORD_PICKUP;
+    if (out) writeFileSync(out, JSON.stringify({ recordedWith: "sdk/typescript/test/live.test.ts against plaza up", exchanges }, null, 1) + "\n");
   });
 });
