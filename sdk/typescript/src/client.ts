@@ -585,6 +585,7 @@ export class PlazaClient {
     } catch (e) {
       if (!(e instanceof FrameError)) throw e;
       this.meter.decodeErrors += e.kind === "malformed" || e.kind === "truncated" || e.kind === "too_large" ? 1 : 0;
+      this.meter.checkFailures += e.kind === "check_mismatch" ? 1 : 0;
       // One resync per break: the deltas that follow fail on the chain until the keyframe.
       if (this.now() - this.resyncPendingSince > 1000) {
         this.resyncPendingSince = this.now();
@@ -597,6 +598,7 @@ export class PlazaClient {
       return;
     }
     this.meter.frame(this.now() - t0);
+    if (d.checked) this.meter.checksPassed += 1;
     if (d.keyframe) this.resyncPendingSince = -Infinity;
     this.applyFrame(d);
     this.emitter.emit("frame", { frame: d, at: t0, tickHz: this.tickHz });

@@ -78,6 +78,19 @@ export interface NetStats {
   /** Mean SDK decode time per snapshot frame over the last second, ms. */
   decodeMsPerFrame: number;
   reconnects: number;
+  /** Bytes received and sent since the start. */
+  bytesDownTotal: number;
+  bytesUpTotal: number;
+  /** Snapshot frames decoded since the start. */
+  framesTotal: number;
+  /** SDK decode time of all of them, ms. */
+  decodeMsTotal: number;
+  /** The slowest decode of one frame, ms. */
+  decodeMsMax: number;
+  /** Frames whose check hash (§2.6) matched the held state. */
+  checksPassed: number;
+  /** Frames whose check hash did not match (each asks for a resync). */
+  checkFailures: number;
 }
 
 /** Counts traffic in one-second buckets. */
@@ -87,6 +100,13 @@ export class StatsMeter {
   decodeErrors = 0;
   reconnects = 0;
   rttMs = Number.NaN;
+  bytesDownTotal = 0;
+  bytesUpTotal = 0;
+  framesTotal = 0;
+  decodeMsTotal = 0;
+  decodeMsMax = 0;
+  checksPassed = 0;
+  checkFailures = 0;
 
   constructor(private readonly now: () => number) {}
 
@@ -103,16 +123,21 @@ export class StatsMeter {
 
   down(bytes: number): void {
     this.bucket().down += bytes;
+    this.bytesDownTotal += bytes;
   }
 
   up(bytes: number): void {
     this.bucket().up += bytes;
+    this.bytesUpTotal += bytes;
   }
 
   frame(decodeMs: number): void {
     const b = this.bucket();
     b.frames += 1;
     b.decodeMs += decodeMs;
+    this.framesTotal += 1;
+    this.decodeMsTotal += decodeMs;
+    this.decodeMsMax = Math.max(this.decodeMsMax, decodeMs);
   }
 
   snapshot(): NetStats {
@@ -129,6 +154,13 @@ export class StatsMeter {
       rttMs: this.rttMs,
       decodeMsPerFrame: frames > 0 ? sum((b) => b.decodeMs) / frames : 0,
       reconnects: this.reconnects,
+      bytesDownTotal: this.bytesDownTotal,
+      bytesUpTotal: this.bytesUpTotal,
+      framesTotal: this.framesTotal,
+      decodeMsTotal: this.decodeMsTotal,
+      decodeMsMax: this.decodeMsMax,
+      checksPassed: this.checksPassed,
+      checkFailures: this.checkFailures,
     };
   }
 }
