@@ -1,7 +1,8 @@
 // Two viewer pages in headless Chromium join one room of a real `plaza up`; one walks with
 // synthetic key presses; the other must see the avatar arrive near where it stopped along a
 // smooth path (sampled every animation frame: no step over the snap threshold, no teleport or distance snap),
-// both on the watching page. The screenshot of the watching page is kept as a CI artifact.
+// both on the watching page, and each page must show the other by the display name it announced
+// (the roster). The screenshot of the watching page (two named avatars) is kept as a CI artifact.
 import { mkdirSync } from "node:fs";
 import { join } from "node:path";
 import puppeteer, { type Browser, type Page } from "puppeteer-core";
@@ -131,10 +132,16 @@ it("a walking avatar arrives smoothly in the other page", async () => {
     15_000,
     "bob sees alice arrive",
   );
-  // Names come from the roster (RosterUpdate); until the room sends one, the viewer labels an
-  // avatar by its entity id.
+  // Names come from the roster (RosterUpdate): each page announced its display name (the
+  // `name` query parameter) and shows the other's; `name` is set from the roster only.
   const shownAlice = seen.shown.find((x) => x.entityId === a0.entity)!;
   console.log(`browser: bob shows alice as ${JSON.stringify(shownAlice.name ?? shownAlice.wallet ?? `#${shownAlice.entityId}`)}`);
+  expect(shownAlice.name).toBe("alice");
+  const b0 = await viewerState(bob);
+  await poll(alice, (s) => s.shown.some((x) => x.entityId === b0.entity && x.name === "bob"), 10_000, "alice shows bob by name");
+  // Both names are drawn in the watching page's avatar list (and on its canvas, in the screenshot).
+  const listed = await bob.evaluate(() => Array.from(document.querySelectorAll("#avatars li"), (li) => li.textContent));
+  expect(listed).toEqual(expect.arrayContaining(["bob (you)", "alice"]));
 
   const { samples, snaps } = await bob.evaluate((id: number) => {
     const w = window as unknown as { plazaViewer: any; samples: [number, number, number][] };
