@@ -2,7 +2,7 @@
 //! compressed movement envelope. `docs/PROTOCOL.md` documents the same bytes field by field;
 //! another implementation of the client must produce and accept exactly these.
 
-use plaza_proto::compressed::compress;
+use plaza_proto::compressed::{TimestampDecoder, compress, decompress};
 use plaza_proto::frame::{
     EncoderConfig, EntityRecord, FrameDecoder, FrameEncoder, OwnState, Visible,
 };
@@ -14,7 +14,7 @@ const KEYFRAME_HEX: &str = "17010178af1446c926000000c0f2357d71f9810100249bd01708
 const DELTA_HEX: &str = "140201a2c36c666600a80a3c14d213f403413f0900060000";
 const SERVER_ENVELOPE_HEX: &str =
     "08071080d095ffbc31621a0a18140201a2c36c666600a80a3c14d213f403413f0900060000";
-const CLIENT_ENVELOPE_HEX: &str = "082a100318b2d095ffbc3182010e0d7182045811807e7efecd000824";
+const CLIENT_ENVELOPE_HEX: &str = "082a100318b2d095ffbc3182010e0d7182046311807e7efecd000824";
 
 fn hex(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
@@ -132,7 +132,7 @@ fn canonical_envelopes_match_golden_hex() {
     let pose = Pose {
         position: [10.0, 1.5, -20.0],
         velocity: [1.0, 0.0, -1.0],
-        yaw_deg: 135.0,
+        yaw_deg: 200.0,
         movement_kind: 1,
         anim_flags: 1,
         ..Pose::default()
@@ -152,4 +152,12 @@ fn canonical_envelopes_match_golden_hex() {
         pb::ClientEnvelope::decode(bytes.as_slice()).unwrap(),
         client
     );
+    // 200° is step 35 of the 63-step yaw quantizer (a 64-step reading would say 196.875°).
+    let Some(pb::client_envelope::Body::MovementCompressed(m)) = client.body else {
+        unreachable!()
+    };
+    assert_eq!(m.temporal_data, 0x6304_8271);
+    assert_eq!((m.temporal_data >> 24) & 0x3f, 35);
+    let d = decompress(&m.into(), &mut TimestampDecoder::new()).unwrap();
+    assert!((d.pose.yaw_deg - 200.0).abs() < 1e-3, "{}", d.pose.yaw_deg);
 }

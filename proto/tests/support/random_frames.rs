@@ -256,6 +256,66 @@ fn own_json(o: Option<&OwnState>) -> String {
     )
 }
 
+/// Applies `frame` to `dec` (asserting it tracks `enc`) and appends the frame's JSON object:
+/// its bytes and what the decoder made of it. `extra` is appended inside the object.
+pub(crate) fn frame_json(
+    out: &mut String,
+    dec: &mut FrameDecoder,
+    enc: &FrameEncoder,
+    frame: &[u8],
+    extra: &str,
+) {
+    let d = dec
+        .apply(frame)
+        .expect("the decoder accepts every frame of the encoder");
+    assert_eq!(dec.check(), enc.held_check(), "decoder tracks the encoder");
+    let _ = write!(
+        out,
+        "{{\"hex\":\"{}\",\"seq\":{},\"base_seq\":{},\"tick\":{},\"keyframe\":{},\"changed\":{},\"removed\":{},\"checked\":{},\"held\":{},\"check\":{}{extra}}}",
+        hex(frame),
+        d.seq,
+        d.base_seq,
+        d.tick,
+        d.keyframe,
+        ids(&d.changed),
+        ids(&d.removed),
+        d.checked,
+        dec.len(),
+        dec.check()
+    );
+}
+
+/// Appends `,"final":{...}`: every record the decoder holds and its own state.
+pub(crate) fn final_json(out: &mut String, dec: &FrameDecoder) {
+    let entities: Vec<String> = dec
+        .entities()
+        .map(|e| {
+            let p = &e.pose;
+            format!(
+                "[{},{},{},{},{},{},{},{},{},{},{},{}]",
+                e.id,
+                e.generation,
+                e.kind,
+                dec.tier(e.id).unwrap_or(0),
+                dec.pose_tick(e.id).unwrap_or(0),
+                arr(p.position_mm),
+                arr(p.velocity),
+                p.yaw,
+                p.movement_kind,
+                p.anim_flags,
+                opt_arr(p.head),
+                opt_arr(p.point_at_mm)
+            )
+        })
+        .collect();
+    let _ = write!(
+        out,
+        ",\"final\":{{\"entities\":[{}],\"own\":{}}}",
+        entities.join(","),
+        own_json(dec.own())
+    );
+}
+
 /// `streams` frame streams of `frames` frames each, from `seed`, as JSON.
 pub(crate) fn generate(seed: u64, streams: usize, frames: usize) -> String {
     let mut rng = Rng::new(seed);
@@ -364,53 +424,14 @@ pub(crate) fn generate(seed: u64, streams: usize, frames: usize) -> String {
             } else {
                 String::new()
             };
-            let d = dec
-                .apply(&frame)
-                .expect("the decoder accepts every frame of the encoder");
-            assert_eq!(dec.check(), enc.held_check(), "decoder tracks the encoder");
-            let _ = write!(
-                out,
-                "{}{{\"hex\":\"{}\",\"seq\":{},\"base_seq\":{},\"tick\":{},\"keyframe\":{},\"changed\":{},\"removed\":{},\"checked\":{},\"held\":{},\"check\":{}{probe}}}",
-                if f > 0 { "," } else { "" },
-                hex(&frame),
-                d.seq,
-                d.base_seq,
-                d.tick,
-                d.keyframe,
-                ids(&d.changed),
-                ids(&d.removed),
-                d.checked,
-                dec.len(),
-                dec.check()
-            );
+            if f > 0 {
+                out.push(',');
+            }
+            frame_json(&mut out, &mut dec, &enc, &frame, &probe);
         }
-        let entities: Vec<String> = dec
-            .entities()
-            .map(|e| {
-                let p = &e.pose;
-                format!(
-                    "[{},{},{},{},{},{},{},{},{},{},{},{}]",
-                    e.id,
-                    e.generation,
-                    e.kind,
-                    dec.tier(e.id).unwrap_or(0),
-                    dec.pose_tick(e.id).unwrap_or(0),
-                    arr(p.position_mm),
-                    arr(p.velocity),
-                    p.yaw,
-                    p.movement_kind,
-                    p.anim_flags,
-                    opt_arr(p.head),
-                    opt_arr(p.point_at_mm)
-                )
-            })
-            .collect();
-        let _ = write!(
-            out,
-            "],\"final\":{{\"entities\":[{}],\"own\":{}}}}}",
-            entities.join(","),
-            own_json(dec.own())
-        );
+        out.push(']');
+        final_json(&mut out, &dec);
+        out.push('}');
     }
     out.push_str("]}\n");
     out

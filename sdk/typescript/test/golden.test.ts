@@ -7,6 +7,7 @@ import { describe, expect, it } from "vitest";
 import { FrameDecoder, compress, decompress, ownFromPose, ownPose, quantize, TimestampDecoder, type Pose, zeroPose } from "../src/index.js";
 import { ClientEnvelopeSchema, MovementCompressedSchema, ServerEnvelopeSchema, SnapshotFrameSchema } from "../src/gen/plaza/v1/client_pb.js";
 import { fixture, hex, unhex } from "./fixtures.js";
+import { checkStream, type Stream } from "./streams.js";
 
 interface Golden {
   keyframe_hex: string;
@@ -94,7 +95,7 @@ describe("golden envelopes", () => {
   });
 
   it("compresses the movement and encodes the client envelope to the golden bytes", () => {
-    const p = pose({ position: [10, 1.5, -20], velocity: [1, 0, -1], yawDeg: 135, movementKind: 1, animFlags: 1 });
+    const p = pose({ position: [10, 1.5, -20], velocity: [1, 0, -1], yawDeg: 200, movementKind: 1, animFlags: 1 });
     const c = compress(p, 12.5, 1);
     const env = create(ClientEnvelopeSchema, {
       sessionId: 42n,
@@ -110,7 +111,26 @@ describe("golden envelopes", () => {
     const d = decompress(back.body.value, new TimestampDecoder());
     expect(d.tier).toBe(1);
     expect(d.timestampS).toBeCloseTo(12.5, 9);
+    // 200° is step 35 of the 63-step yaw quantizer (35 × 360 / 63 = 200 exactly); a 64-step
+    // reading would give 196.875°.
+    expect(back.body.value.temporalData >>> 24 & 0x3f).toBe(35);
+    expect(d.pose.yawDeg).toBeCloseTo(200, 3);
     expect(Math.abs(d.pose.position[0] - 10)).toBeLessThan(0.02);
     expect(Math.abs(d.pose.position[2] + 20)).toBeLessThan(0.02);
+  });
+});
+
+// The golden scenario stream (fixtures/golden/frames.json, docs/PROTOCOL.md §4.1): one frame per
+// part of the format the canonical pair does not reach (list and bitmap selection, exact and
+// scaled prediction, velocity and yaw deltas, a multi-group record, head and point deltas, a
+// generation change, OWN_CLEAR, an own state with head and point).
+describe("golden scenario frames", () => {
+  const scenario = fixture<Stream & { about: string }>("golden/frames.json");
+  it("decode frame by frame to what the Rust decoder holds", () => {
+    expect(scenario.frames.length).toBe(6);
+    checkStream(scenario);
+  });
+  it("name what each frame shows", () => {
+    for (const f of scenario.frames) expect((f as { shows?: string }).shows ?? "").not.toBe("");
   });
 });
