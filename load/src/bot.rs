@@ -94,7 +94,15 @@ impl ConnectError {
     /// Short label for the report's `connect_errors` map.
     fn label(&self) -> String {
         match self {
+            // rustls reports a refused certificate or handshake as an I/O error around it.
+            Self::Ws(tungstenite::Error::Io(e))
+                if e.get_ref()
+                    .is_some_and(|inner| inner.downcast_ref::<rustls::Error>().is_some()) =>
+            {
+                "tls".into()
+            }
             Self::Ws(tungstenite::Error::Io(e)) => format!("io_{:?}", e.kind()).to_lowercase(),
+            Self::Ws(tungstenite::Error::Tls(_)) => "tls".into(),
             Self::Ws(_) => "websocket".into(),
             Self::Timeout => "timeout".into(),
             Self::Refused { code, .. } => code.clone(),
@@ -352,8 +360,17 @@ impl Bot {
             .read_buffer_size(8 * 1024)
             .write_buffer_size(0)
             .max_write_buffer_size(1 << 20);
-        let connect =
-            tokio_tungstenite::connect_async_with_config(cfg.gateway.as_str(), Some(ws_cfg), true);
+        let connector = self
+            .shared
+            .tls
+            .clone()
+            .map(tokio_tungstenite::Connector::Rustls);
+        let connect = tokio_tungstenite::connect_async_tls_with_config(
+            cfg.gateway.as_str(),
+            Some(ws_cfg),
+            true,
+            connector,
+        );
         let (mut ws, _resp) = tokio::time::timeout_at(hs_deadline.into(), connect)
             .await
             .map_err(|_| ConnectError::Timeout)??;

@@ -33,6 +33,7 @@ pub mod scenario;
 mod seen;
 pub mod server;
 pub mod stats;
+pub mod tls;
 pub mod walk;
 
 pub use rate::{SendRate, SendRateConfig};
@@ -78,6 +79,9 @@ pub struct LoadConfig {
     pub connect_timeout: Duration,
     /// Attempts to join before a bot counts as failed (default 3).
     pub connect_attempts: u32,
+    /// PEM files of extra CA certificates to trust for a `wss://` gateway (besides the webpki
+    /// roots), e.g. a private CA or a self-signed certificate.
+    pub ca_certs: Vec<std::path::PathBuf>,
 }
 
 impl LoadConfig {
@@ -99,6 +103,7 @@ impl LoadConfig {
             seen_tolerance_m: 0.002,
             connect_timeout: Duration::from_secs(10),
             connect_attempts: 3,
+            ca_certs: Vec::new(),
         }
     }
 
@@ -117,6 +122,8 @@ pub(crate) struct Shared {
     pub(crate) stats: Stats,
     pub(crate) board: seen::MoveBoard,
     pub(crate) props: props::PropBoard,
+    /// The TLS client configuration of a `wss://` gateway.
+    pub(crate) tls: Option<Arc<rustls::ClientConfig>>,
 }
 
 /// Runs the load test for its duration and returns its report. Bots that cannot connect are
@@ -136,6 +143,16 @@ pub async fn run_with_stop(
     anyhow::ensure!(cfg.rooms > 0, "--rooms must be at least 1");
     anyhow::ensure!(!cfg.duration.is_zero(), "--duration must be positive");
     anyhow::ensure!(cfg.scenario.total_weight() > 0, "the scenario has no bots");
+    let tls = if cfg.gateway.starts_with("wss://") {
+        Some(tls::client_config(&cfg.ca_certs)?)
+    } else {
+        anyhow::ensure!(
+            cfg.gateway.starts_with("ws://"),
+            "--gateway must be a ws:// or wss:// URL, not `{}`",
+            cfg.gateway
+        );
+        None
+    };
     if let Some(limit) = open_files_limit()
         && limit < cfg.bots as u64 + 64
     {
@@ -153,6 +170,7 @@ pub async fn run_with_stop(
         stats: Stats::new(),
         board: seen::MoveBoard::default(),
         props: props::PropBoard::default(),
+        tls,
     });
     let start = Instant::now();
     let deadline = start + cfg.duration;

@@ -18,9 +18,12 @@ use plaza_load::{LoadConfig, Scenario};
 #[derive(Debug, Parser)]
 #[command(name = "plaza-load", version)]
 struct Args {
-    /// Gateway WebSocket URL.
+    /// Gateway WebSocket URL: `ws://` or `wss://` (TLS with the webpki roots and --ca-cert).
     #[arg(long, default_value = "ws://127.0.0.1:7777/v1/ws")]
     gateway: String,
+    /// Also trust the CA certificates in this PEM file for `wss://` (repeatable).
+    #[arg(long = "ca-cert", value_name = "FILE")]
+    ca_cert: Vec<PathBuf>,
     /// Number of bots.
     #[arg(long, default_value_t = 10)]
     bots: usize,
@@ -135,6 +138,7 @@ fn main() -> anyhow::Result<()> {
     cfg.metrics_url = args.metrics_url.clone();
     cfg.ping_interval = args.ping_interval;
     cfg.progress = !args.quiet;
+    cfg.ca_certs = args.ca_cert.clone();
 
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(usize::from(args.threads))
@@ -222,9 +226,17 @@ mod tests {
             "20s",
             "--report",
             "r.json",
+            "--ca-cert",
+            "ca.pem",
+            "--server-metrics",
+            "http://127.0.0.1:9201/metrics",
+            "--server-metrics",
+            "http://127.0.0.1:9202/metrics",
         ])
         .unwrap();
         assert_eq!(a.bots, 300);
+        assert_eq!(a.ca_cert, [PathBuf::from("ca.pem")]);
+        assert_eq!(a.server_metrics.len(), 2);
         assert_eq!(a.duration, Duration::from_secs(20));
     }
 }
