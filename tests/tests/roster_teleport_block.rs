@@ -182,12 +182,22 @@ async fn roster_teleport_and_blocks_work_end_to_end_and_survive_a_drain() {
     // Roster: wallets at once, names once announced.
     profile(&mut a, 1, "Ana").await;
     profile(&mut b, 3, "Bo").await;
-    let named = pump_until(&mut [&mut a, &mut b, &mut w], Duration::from_secs(5), |cl| {
-        let (a, b, w) = (&*cl[0], &*cl[1], &*cl[2]);
-        knows(a, b, "Bo") && knows(b, a, "Ana") && knows(w, a, "Ana") && knows(w, b, "Bo")
-    })
+    let named = pump_until(
+        &mut [&mut a, &mut b, &mut w],
+        Duration::from_secs(5),
+        |cl| {
+            let (a, b, w) = (&*cl[0], &*cl[1], &*cl[2]);
+            knows(a, b, "Bo") && knows(b, a, "Ana") && knows(w, a, "Ana") && knows(w, b, "Bo")
+        },
+    )
     .await;
-    assert!(named, "rosters: a {:?} b {:?} w {:?}", roster(&a), roster(&b), roster(&w));
+    assert!(
+        named,
+        "rosters: a {:?} b {:?} w {:?}",
+        roster(&a),
+        roster(&b),
+        roster(&w)
+    );
     assert_eq!(roster(&a)[&b.entity].profile_version, 3);
     // A lower version is dropped: the name stays.
     profile(&mut b, 2, "Old").await;
@@ -195,15 +205,21 @@ async fn roster_teleport_and_blocks_work_end_to_end_and_survive_a_drain() {
     assert!(knows(&a, &b, "Bo"));
     // The directory has the announced version (the production caller of announce_profile).
     let peers = c.directory.peers(Some(&[b.wallet.clone()])).await.unwrap();
-    assert_eq!(peers.first().map(|p| p.profile_version), Some(3), "{peers:?}");
+    assert_eq!(
+        peers.first().map(|p| p.profile_version),
+        Some(3),
+        "{peers:?}"
+    );
 
     // Teleport to a named destination: w sees the instant bit, a's next move is accepted.
     teleport_and_check(&mut a, &mut w, "stage", &mut ta).await;
     // Back near the others, so that a and b would see each other if not blocked.
     teleport_and_check(&mut a, &mut w, "entrance", &mut ta).await;
-    let both = pump_until(&mut [&mut a, &mut b, &mut w], Duration::from_secs(3), |cl| {
-        sees(cl[0], cl[1]) && sees(cl[1], cl[0])
-    })
+    let both = pump_until(
+        &mut [&mut a, &mut b, &mut w],
+        Duration::from_secs(3),
+        |cl| sees(cl[0], cl[1]) && sees(cl[1], cl[0]),
+    )
     .await;
     assert!(both, "a and b see each other before the block");
 
@@ -215,7 +231,10 @@ async fn roster_teleport_and_blocks_work_end_to_end_and_survive_a_drain() {
     }))
     .await
     .unwrap();
-    let k = wait_event("block ack", &mut a, |k| matches!(k, pb::event::Kind::Block(_))).await;
+    let k = wait_event("block ack", &mut a, |k| {
+        matches!(k, pb::event::Kind::Block(_))
+    })
+    .await;
     assert_eq!(
         k,
         pb::event::Kind::Block(pb::BlockEvent {
@@ -231,14 +250,20 @@ async fn roster_teleport_and_blocks_work_end_to_end_and_survive_a_drain() {
         }
     }
     assert!(!sees(&a, &b), "b left a's frames within one broadcast");
-    let gone = pump_until(&mut [&mut b], Duration::from_millis(200), |cl| !sees(cl[0], &a)).await;
+    let gone = pump_until(&mut [&mut b], Duration::from_millis(200), |cl| {
+        !sees(cl[0], &a)
+    })
+    .await;
     assert!(gone, "a left b's frames");
     assert!(!roster(&a).contains_key(&b.entity) && !roster(&b).contains_key(&a.entity));
     assert!(sees(&w, &a) && sees(&w, &b), "the block is theirs only");
 
     // B's consent request to A is refused.
     consent(&mut b, pb::ConsentOp::Request, "hand_hold", a.entity, 0).await;
-    let k = wait_event("refused", &mut b, |k| matches!(k, pb::event::Kind::Rejected(_))).await;
+    let k = wait_event("refused", &mut b, |k| {
+        matches!(k, pb::event::Kind::Rejected(_))
+    })
+    .await;
     assert!(
         matches!(&k, pb::event::Kind::Rejected(r) if r.reason == "blocked"),
         "{k:?}"
@@ -247,8 +272,16 @@ async fn roster_teleport_and_blocks_work_end_to_end_and_survive_a_drain() {
     let log = c.directory.audit_read(ROOM, 0, 100).await.unwrap();
     let added: Vec<_> = log.iter().filter(|r| r.kind == "block.added").collect();
     assert_eq!(added.len(), 1, "{log:?}");
-    assert!(added[0].detail.contains(&format!(r#""blocker":"{}""#, a.wallet)));
-    assert!(added[0].detail.contains(&format!(r#""blocked":"{}""#, b.wallet)));
+    assert!(
+        added[0]
+            .detail
+            .contains(&format!(r#""blocker":"{}""#, a.wallet))
+    );
+    assert!(
+        added[0]
+            .detail
+            .contains(&format!(r#""blocked":"{}""#, b.wallet))
+    );
 
     // Drain the node hosting the room.
     let victim = c.placements(&[ROOM.to_owned()]).await[ROOM].clone();
@@ -269,24 +302,41 @@ async fn roster_teleport_and_blocks_work_end_to_end_and_survive_a_drain() {
         "draining node did not exit cleanly: {status:?}\n{}",
         c.nodes[idx].log_tail(30)
     );
-    let moved = pump_until(&mut [&mut a, &mut b, &mut w], Duration::from_secs(20), |cl| {
-        cl.iter().all(|x| x.joins >= 2)
-    })
+    let moved = pump_until(
+        &mut [&mut a, &mut b, &mut w],
+        Duration::from_secs(20),
+        |cl| cl.iter().all(|x| x.joins >= 2),
+    )
     .await;
-    assert!(moved, "moved in session: joins {} {} {}", a.joins, b.joins, w.joins);
+    assert!(
+        moved,
+        "moved in session: joins {} {} {}",
+        a.joins, b.joins, w.joins
+    );
     let now = c.placements(&[ROOM.to_owned()]).await;
-    assert_ne!(now.get(ROOM), Some(&victim), "the room runs elsewhere: {now:?}");
+    assert_ne!(
+        now.get(ROOM),
+        Some(&victim),
+        "the room runs elsewhere: {now:?}"
+    );
 
     // After the drain: names still known (from the handoff state, not announced again), the
     // block still holds, consents still refused, teleports still snap.
-    let settled = pump_until(&mut [&mut a, &mut b, &mut w], Duration::from_secs(5), |cl| {
-        let (a, b, w) = (&*cl[0], &*cl[1], &*cl[2]);
-        knows(w, a, "Ana") && knows(w, b, "Bo") && sees(w, a) && sees(w, b)
-    })
+    let settled = pump_until(
+        &mut [&mut a, &mut b, &mut w],
+        Duration::from_secs(5),
+        |cl| {
+            let (a, b, w) = (&*cl[0], &*cl[1], &*cl[2]);
+            knows(w, a, "Ana") && knows(w, b, "Bo") && sees(w, a) && sees(w, b)
+        },
+    )
     .await;
     assert!(settled, "w's roster after the drain: {:?}", roster(&w));
     pump_all(&mut [&mut a, &mut b, &mut w], Duration::from_millis(300)).await;
-    assert!(!sees(&a, &b) && !sees(&b, &a), "the block survived the drain");
+    assert!(
+        !sees(&a, &b) && !sees(&b, &a),
+        "the block survived the drain"
+    );
     assert!(!roster(&a).contains_key(&b.entity) && !roster(&b).contains_key(&a.entity));
     consent(&mut b, pb::ConsentOp::Request, "hand_hold", a.entity, 0).await;
     let k = wait_event("refused after drain", &mut b, |k| {
@@ -300,7 +350,9 @@ async fn roster_teleport_and_blocks_work_end_to_end_and_survive_a_drain() {
     // The mover's reference time came with the handoff: its moves go on from where it is.
     let here = a.decoder.own().expect("own state").pose.position;
     ta += 0.1;
-    a.move_to([here[0] + 0.2, here[1], here[2]], ta).await.unwrap();
+    a.move_to([here[0] + 0.2, here[1], here[2]], ta)
+        .await
+        .unwrap();
     teleport_and_check(&mut a, &mut w, "stage", &mut ta).await;
 
     // Unblock by wallet: they see each other again.
@@ -311,9 +363,11 @@ async fn roster_teleport_and_blocks_work_end_to_end_and_survive_a_drain() {
     }))
     .await
     .unwrap();
-    wait_event("unblock ack", &mut a, |k| {
-        matches!(k, pb::event::Kind::Block(e) if !e.blocked)
-    })
+    wait_event(
+        "unblock ack",
+        &mut a,
+        |k| matches!(k, pb::event::Kind::Block(e) if !e.blocked),
+    )
     .await;
     let log = c.directory.audit_read(ROOM, 0, 100).await.unwrap();
     assert!(log.iter().any(|r| r.kind == "block.removed"), "{log:?}");
