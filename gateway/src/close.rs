@@ -29,11 +29,13 @@ pub enum CloseCode {
     RoomUnavailable,
     /// An internal error.
     Internal,
+    /// An operator closed the session (the admin API's kick; terminal, no resume).
+    Kicked,
 }
 
 impl CloseCode {
     /// Every code, for metrics and docs.
-    pub const ALL: [Self; 12] = [
+    pub const ALL: [Self; 13] = [
         Self::Normal,
         Self::GoingAway,
         Self::TooLarge,
@@ -46,6 +48,7 @@ impl CloseCode {
         Self::SlowConsumer,
         Self::RoomUnavailable,
         Self::Internal,
+        Self::Kicked,
     ];
 
     /// The numeric WebSocket close code.
@@ -63,6 +66,7 @@ impl CloseCode {
             Self::SlowConsumer => 4006,
             Self::RoomUnavailable => 4008,
             Self::Internal => 4009,
+            Self::Kicked => 4010,
         }
     }
 
@@ -86,6 +90,7 @@ impl CloseCode {
             Self::SlowConsumer => "slow_consumer",
             Self::RoomUnavailable => "room_unavailable",
             Self::Internal => "internal",
+            Self::Kicked => "kicked",
         }
     }
 }

@@ -13,6 +13,7 @@
 //! * [`limits`], [`queue`]: the per-session limits and the bounded outbound queue.
 //! * [`auth`]: the authentication seam; [`resume`]: resume tokens.
 //! * [`session_core`]: the sans-I/O decisions of one session, which [`session`] executes.
+//! * [`sessions`]: the session registry the admin API lists and kicks from.
 //! * [`close`]: close codes; [`refusal`]: every refusal with its error and close codes;
 //!   [`metrics`]: Prometheus metrics.
 
@@ -26,6 +27,7 @@ pub mod resume;
 pub mod router;
 pub mod session;
 pub mod session_core;
+pub mod sessions;
 mod trace;
 mod viewer;
 
@@ -103,6 +105,7 @@ pub(crate) struct Shared {
     pub(crate) resume: ResumeStore,
     pub(crate) shutdown: watch::Receiver<bool>,
     pub(crate) connections: Arc<tokio::sync::Semaphore>,
+    pub(crate) sessions: sessions::Sessions,
 }
 
 /// A running gateway.
@@ -112,6 +115,7 @@ pub struct Gateway {
     server: JoinHandle<()>,
     router: Router,
     metrics: GatewayMetrics,
+    sessions: sessions::Sessions,
 }
 
 impl Gateway {
@@ -160,7 +164,9 @@ impl Gateway {
         })
         .await?;
         let (shutdown, shutdown_rx) = watch::channel(false);
+        let sessions = sessions::Sessions::default();
         let shared = Arc::new(Shared {
+            sessions: sessions.clone(),
             limits: cfg.limits.clone(),
             auth,
             router: router.clone(),
@@ -205,7 +211,13 @@ impl Gateway {
             server,
             router,
             metrics,
+            sessions,
         })
+    }
+
+    /// The session registry (the admin API lists and kicks sessions through it).
+    pub fn sessions(&self) -> &sessions::Sessions {
+        &self.sessions
     }
 
     /// The bound client address.

@@ -56,6 +56,8 @@ pub enum Refusal {
     SlowConsumer,
     /// The gateway is shutting down.
     GoingAway,
+    /// An operator kicked the session (admin API).
+    Kicked,
 }
 
 /// What a refusal does to the session.
@@ -69,7 +71,7 @@ pub enum Outcome {
 
 impl Refusal {
     /// Every refusal, for tests and docs.
-    pub const ALL: [Self; 19] = [
+    pub const ALL: [Self; 20] = [
         Self::UnsupportedVersion,
         Self::NotNegotiated,
         Self::AlreadyNegotiated,
@@ -89,6 +91,7 @@ impl Refusal {
         Self::RoomUnavailable,
         Self::SlowConsumer,
         Self::GoingAway,
+        Self::Kicked,
     ];
 
     /// The table: error code, outcome, retryable, message.
@@ -185,6 +188,12 @@ impl Refusal {
                 true,
                 "server shutting down",
             ),
+            Self::Kicked => (
+                E::Rejected,
+                Close(CloseCode::Kicked),
+                false,
+                "kicked by an operator",
+            ),
         }
     }
 
@@ -238,6 +247,7 @@ impl Refusal {
             Self::RoomUnavailable => "room_unavailable",
             Self::SlowConsumer => "slow_consumer",
             Self::GoingAway => "going_away",
+            Self::Kicked => "kicked",
         }
     }
 

@@ -124,6 +124,10 @@ struct Session {
     core: SessionCore,
     link: Option<NodeLink>,
     attach: Option<AttachFuture>,
+    /// Fires when an operator kicks the session (registered once negotiated).
+    kick: Option<tokio::sync::oneshot::Receiver<()>>,
+    /// This connection's registration in the session registry.
+    registered: Option<(u64, u64)>,
 }
 
 impl Session {
@@ -135,6 +139,8 @@ impl Session {
             core,
             link: None,
             attach: None,
+            kick: None,
+            registered: None,
         }
     }
 
@@ -181,7 +187,18 @@ impl Session {
                         // The old stream, if any (a stall re-attach), ends here: the room swaps.
                         self.link = Some(link);
                     }
-                    self.core.on_attach_result(res, Instant::now())
+                    let node = match &res {
+                        AttachResult::Attached { node, .. } => Some(node.clone()),
+                        _ => None,
+                    };
+                    let fx = self.core.on_attach_result(res, Instant::now());
+                    self.sync_registry(node.as_deref());
+                    fx
+                }
+                _ = next_kick(&mut self.kick) => {
+                    self.kick = None;
+                    tracing::info!(session = self.core.session_id(), "kicked by an operator");
+                    self.core.on_kick()
                 }
                 _ = &mut timer, if deadline.is_some() => {
                     armed = None;
@@ -291,6 +308,9 @@ impl Session {
                     if let Ok(i) = &ident {
                         tracing::Span::current().record("session_id", i.session_id);
                         tracing::debug!(session = i.session_id, wallet = %i.wallet, "negotiated");
+                        let (rx, conn) = self.shared.sessions.register(i.session_id, &i.wallet);
+                        self.kick = Some(rx);
+                        self.registered = Some((i.session_id, conn));
                     }
                     todo.extend(self.core.on_identity(ident, Instant::now()));
                 }
@@ -306,6 +326,9 @@ impl Session {
                     let Some(ident) = self.core.identity() else {
                         continue;
                     };
+                    if let Some((id, _)) = self.registered {
+                        self.shared.sessions.set_room(id, Some(&room), None);
+                    }
                     self.attach = Some(Box::pin(attach_with_retries(
                         self.shared.clone(),
                         AttachArgs {
@@ -322,6 +345,7 @@ impl Session {
                 Effect::DropLink => {
                     self.link = None;
                     self.shared.router.unpin(self.core.session_id());
+                    self.sync_registry(None);
                 }
                 Effect::Invalidate(room) => self.shared.router.invalidate(&room),
                 Effect::Status { room, status } => {
@@ -348,6 +372,16 @@ impl Session {
         None
     }
 
+    /// Tells the registry where the session is (after an attach answered).
+    fn sync_registry(&self, node: Option<&str>) {
+        if let Some((id, _)) = self.registered {
+            let room = self.core.room().map(|r| r.0);
+            self.shared
+                .sessions
+                .set_room(id, room, node.filter(|_| room.is_some()));
+        }
+    }
+
     /// Sends to the node; a full channel drops it (the node is behind).
     fn send_to_node(&mut self, body: node_inbound::Body) {
         if let Some(link) = &self.link {
@@ -363,6 +397,9 @@ impl Session {
     async fn finish(&mut self, code: CloseCode) {
         self.attach = None;
         self.link = None;
+        if let Some((id, conn)) = self.registered.take() {
+            self.shared.sessions.remove(id, conn);
+        }
         let Some(ident) = self.core.identity().cloned() else {
             self.queue.close(code.code(), code.name());
             return;
@@ -606,6 +643,18 @@ fn detach_reason(code: i32) -> DetachReason {
 async fn next_attach(a: &mut Option<AttachFuture>) -> (AttachResult, Option<NodeLink>) {
     match a {
         Some(f) => f.as_mut().await,
+        None => std::future::pending().await,
+    }
+}
+
+async fn next_kick(kick: &mut Option<tokio::sync::oneshot::Receiver<()>>) {
+    match kick {
+        Some(rx) => {
+            if rx.await.is_err() {
+                // The registry dropped the sender without a kick: never fires.
+                std::future::pending::<()>().await;
+            }
+        }
         None => std::future::pending().await,
     }
 }

@@ -432,6 +432,16 @@ impl SessionCore {
         out
     }
 
+    /// An operator kicked the session: it is told ([`Refusal::Kicked`]) and closes with
+    /// [`CloseCode::Kicked`]; no resume entry is kept.
+    pub fn on_kick(&mut self) -> Vec<Effect> {
+        let mut out = Vec::new();
+        if self.phase != Phase::Closed {
+            self.refuse(Refusal::Kicked, None, 0, &mut out);
+        }
+        out
+    }
+
     /// The answer to [`Effect::Authenticate`]: who the session is, or the refusal and its detail.
     pub fn on_identity(
         &mut self,

@@ -1,6 +1,7 @@
 //! The admin endpoints: `/healthz` (the process is alive), `/readyz` (it takes traffic and its
-//! directory answers), `/metrics` (Prometheus text), and `/v1/peers` (online users from the
-//! directory, optionally `?ids=a,b`).
+//! directory answers), `/metrics` (Prometheus text), the operator API under `/v1/` (peers from
+//! the directory; this node, its rooms and the gateway's sessions, with kick, mute, close,
+//! drain and teleport: [`operator`]) and the operator console page `/console` ([`console`]).
 //!
 //! # Readiness, per role (`/readyz`)
 //! The admin server starts before anything else, so `/healthz` answers `ok` from the first
@@ -15,7 +16,7 @@
 //! * `plaza up`: 200 once both are.
 //!
 //! # Operator API
-//! `/v1/…` needs `Authorization: Bearer <admin.token>`. With no token configured only callers
+//! Documented call by call in `docs/ADMIN-API.md`. `/v1/…` needs `Authorization: Bearer <admin.token>`. With no token configured only callers
 //! on a loopback address get in (`plaza up` on a laptop); every other caller gets 401. Every operator call is audited to the
 //! `plaza::audit` log target (caller address, method, path, outcome).
 
@@ -28,7 +29,7 @@ use axum::Json;
 use axum::extract::{ConnectInfo, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::IntoResponse;
-use axum::routing::get;
+use axum::routing::{any, get, post};
 use plaza_directory::SharedDirectory;
 use prometheus_client::registry::Registry;
 use tokio::net::TcpListener;
@@ -36,6 +37,11 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::metrics::Format;
+
+pub mod console;
+pub mod operator;
+
+pub use operator::Operator;
 
 /// What the admin handlers read.
 pub struct AdminState {
@@ -47,6 +53,8 @@ pub struct AdminState {
     directory: OnceLock<SharedDirectory>,
     /// Why the process is not ready yet (shown by `/readyz`).
     status: Mutex<String>,
+    /// What the operator calls act on (set once the roles run).
+    operator: OnceLock<Operator>,
 }
 
 impl AdminState {
@@ -63,7 +71,13 @@ impl AdminState {
             ready: AtomicBool::new(false),
             directory: OnceLock::new(),
             status: Mutex::new("starting".into()),
+            operator: OnceLock::new(),
         }
+    }
+
+    /// The roles the operator calls act on, once they run.
+    pub fn set_operator(&self, operator: Operator) {
+        let _ = self.operator.set(operator);
     }
 
     /// The directory, once connected.
@@ -102,8 +116,24 @@ impl Admin {
             .await
             .map_err(|e| anyhow::anyhow!("admin bind {listen}: {e}"))?;
         let addr = listener.local_addr()?;
+        use operator as op;
         let operator = axum::Router::new()
             .route("/v1/peers", get(peers))
+            .route("/v1/node", get(op::get_node))
+            .route("/v1/node/drain", post(op::drain))
+            .route("/v1/nodes", get(op::get_nodes))
+            .route("/v1/rooms", get(op::get_rooms))
+            .route("/v1/rooms/{room}", get(op::get_room))
+            .route("/v1/rooms/{room}/close", post(op::close_room))
+            .route("/v1/rooms/{room}/members/{wallet}/mute", post(op::mute))
+            .route("/v1/rooms/{room}/members/{wallet}/unmute", post(op::unmute))
+            .route(
+                "/v1/rooms/{room}/members/{wallet}/teleport",
+                post(op::teleport),
+            )
+            .route("/v1/sessions", get(op::get_sessions))
+            .route("/v1/sessions/{id}/kick", post(op::kick))
+            .route("/v1/{*rest}", any(op::not_found))
             .route_layer(axum::middleware::from_fn_with_state(
                 state.clone(),
                 require_token,
@@ -112,6 +142,7 @@ impl Admin {
             .route("/healthz", get(|| async { "ok\n" }))
             .route("/readyz", get(readyz))
             .route("/metrics", get(metrics))
+            .route("/console", get(console::page))
             .merge(operator)
             .with_state(state.clone());
         let (stop, mut rx) = watch::channel(false);
@@ -125,7 +156,7 @@ impl Admin {
             })
             .await;
         });
-        tracing::info!(%addr, "admin listening (/healthz /readyz /metrics /v1/peers)");
+        tracing::info!(%addr, "admin listening (/healthz /readyz /metrics /v1/ /console)");
         Ok(Self {
             addr,
             state,

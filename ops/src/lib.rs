@@ -3,7 +3,8 @@
 //!
 //! # Layout
 //! * [`config`]: layered configuration (defaults → file → env) with provenance.
-//! * [`admin`]: `/healthz`, `/readyz`, `/metrics`.
+//! * [`admin`]: `/healthz`, `/readyz`, `/metrics`, the operator API (`/v1/…`, [`admin::operator`])
+//!   and the operator console page (`/console`, [`admin::console`]).
 //! * [`metrics`]: `/metrics` content negotiation, `process_*` metrics, `plaza_build_info`.
 //! * [`directory_metrics`]: directory operation latency by operation.
 //! * this module: [`Plaza`], a running set of roles (`up` = every role in one process with the
@@ -91,6 +92,7 @@ impl Plaza {
         roles: Roles,
         directory: Option<SharedDirectory>,
     ) -> anyhow::Result<Self> {
+        let started_at = std::time::Instant::now();
         let mut registry = Registry::default();
         metrics::register_process(&mut registry);
         let directory_metrics = DirectoryMetrics::default();
@@ -134,6 +136,17 @@ impl Plaza {
                 return Err(e);
             }
         };
+        state.set_operator(admin::Operator {
+            node: node.as_ref().map(|n| n.control().clone()),
+            sessions: gateway.as_ref().map(|g| g.sessions().clone()),
+            roles: match roles {
+                Roles::All => vec!["gateway", "node"],
+                Roles::Node => vec!["node"],
+                Roles::Gateway => vec!["gateway"],
+            },
+            started: started_at,
+            drain_timeout: Duration::from_millis(cfg.node.drain_timeout_ms),
+        });
         let sweeper = Sweeper::spawn(
             directory.clone(),
             Duration::from_millis(cfg.directory.sweep_interval_ms),

@@ -8,11 +8,14 @@
 //! * [`handoff`]: the drain handoff state (members, wallets and the room core's state) and
 //!   its checked decoding.
 //! * [`metrics`]: the node's Prometheus metrics.
+//! * [`admin`]: operator calls on a room (view, mute, close, teleport) and [`NodeControl`]
+//!   (drain without stopping, for the admin API); the room actor's side is `room/admin.rs`.
 //! * this module: [`Node`], which binds the gRPC listener, registers in the directory and
 //!   heartbeats, drains (hands rooms off to other nodes) and shuts everything down in order;
 //!   [`EventLog`], the optional log of room activations and directory commits that cluster tests
 //!   check for single activation.
 
+pub mod admin;
 pub mod handoff;
 pub mod metrics;
 pub mod room;
@@ -115,11 +118,21 @@ pub struct Node {
     server: JoinHandle<()>,
     heartbeat: JoinHandle<()>,
     directory: SharedDirectory,
+    host: RoomHostService,
+    control: NodeControl,
+}
+
+/// What the admin API needs of a node, cloneable: its rooms, and the drain that keeps the
+/// process up ([`NodeControl::drain`], the same drain as [`Node::drain`]).
+#[derive(Clone)]
+pub struct NodeControl {
+    node_id: String,
+    rooms: Rooms,
+    directory: SharedDirectory,
     draining: Arc<AtomicBool>,
     info: NodeInfo,
     heartbeat_ttl_ms: u64,
     metrics: NodeMetrics,
-    host: RoomHostService,
 }
 
 impl Node {
@@ -220,6 +233,15 @@ impl Node {
             })
         };
         tracing::info!(node = %node_id, %addr, "room node listening");
+        let control = NodeControl {
+            node_id: node_id.clone(),
+            rooms: rooms.clone(),
+            directory: directory.clone(),
+            draining,
+            info,
+            heartbeat_ttl_ms: ttl_ms,
+            metrics,
+        };
         Ok(Self {
             addr,
             node_id,
@@ -228,11 +250,8 @@ impl Node {
             server,
             heartbeat,
             directory,
-            draining,
-            info,
-            heartbeat_ttl_ms: ttl_ms,
-            metrics,
             host: svc,
+            control,
         })
     }
 
@@ -257,11 +276,14 @@ impl Node {
         &self.rooms
     }
 
+    /// The node's admin handle.
+    pub fn control(&self) -> &NodeControl {
+        &self.control
+    }
+
     /// Stops taking new rooms.
     pub fn set_draining(&self) {
-        self.draining
-            .store(true, std::sync::atomic::Ordering::Relaxed);
-        self.rooms.set_draining(true);
+        self.control.set_draining();
     }
 
     /// Drains the node: it takes no new rooms (and says so in the directory at once, so
@@ -269,6 +291,63 @@ impl Node {
     /// (at most `timeout`) until no room and no session is left. Gateways move the sessions to
     /// the rooms' next activations on other nodes. Returns how many rooms were handed off; call
     /// [`Node::shutdown`] afterwards.
+    pub async fn drain(&self, timeout: Duration) -> usize {
+        self.control.drain(timeout).await
+    }
+
+    /// Stops rooms and the server, deregisters from the directory.
+    pub async fn shutdown(self) {
+        self.set_draining();
+        self.heartbeat.abort();
+        self.rooms.stop();
+        let _ = self.shutdown.send(true);
+        // Streams end when their room actors drop their senders; give the server a moment.
+        let _ = tokio::time::timeout(Duration::from_secs(5), self.server).await;
+        if let Err(e) = self.directory.deregister_node(&self.node_id).await {
+            tracing::warn!(error = %e, "deregister failed");
+        }
+    }
+}
+
+impl std::fmt::Debug for NodeControl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NodeControl")
+            .field("node_id", &self.node_id)
+            .field("draining", &self.is_draining())
+            .finish_non_exhaustive()
+    }
+}
+
+impl NodeControl {
+    /// This node's id as registered.
+    pub fn node_id(&self) -> &str {
+        &self.node_id
+    }
+
+    /// The room supervisor.
+    pub fn rooms(&self) -> &Rooms {
+        &self.rooms
+    }
+
+    /// Sessions attached to this node's rooms.
+    pub fn sessions(&self) -> i64 {
+        self.metrics.sessions.get()
+    }
+
+    /// Whether the node drains (takes no new rooms).
+    pub fn is_draining(&self) -> bool {
+        self.draining.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Stops taking new rooms.
+    pub fn set_draining(&self) {
+        self.draining
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+        self.rooms.set_draining(true);
+    }
+
+    /// [`Node::drain`] through the handle: the node keeps running (its listener, heartbeat and
+    /// admin), empty and draining, until the process stops.
     pub async fn drain(&self, timeout: Duration) -> usize {
         self.set_draining();
         let mut info = self.info.clone();
@@ -291,19 +370,6 @@ impl Node {
                 return handed;
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    }
-
-    /// Stops rooms and the server, deregisters from the directory.
-    pub async fn shutdown(self) {
-        self.set_draining();
-        self.heartbeat.abort();
-        self.rooms.stop();
-        let _ = self.shutdown.send(true);
-        // Streams end when their room actors drop their senders; give the server a moment.
-        let _ = tokio::time::timeout(Duration::from_secs(5), self.server).await;
-        if let Err(e) = self.directory.deregister_node(&self.node_id).await {
-            tracing::warn!(error = %e, "deregister failed");
         }
     }
 }

@@ -28,6 +28,8 @@ use tracing::Instrument as _;
 
 use crate::EventLog;
 use crate::metrics::{NodeMetrics, ReasonLabel};
+
+pub mod admin;
 use crate::wire::vec3;
 
 /// How a room actor runs (the simulation parameters live in [`plaza_room_core::RoomConfig`]).
@@ -97,6 +99,8 @@ pub enum RoomMsg {
     /// core's whole state), and from then on change nothing: later joins, inputs and ticks are
     /// ignored until the supervisor, having stored the handoff, stops the room.
     Handoff(RpcReplyPort<Vec<u8>>),
+    /// An operator call (the admin API): view, mute, close, teleport ([`admin`]).
+    Admin(admin::AdminCall),
     /// Test hook: the room panics in its handler.
     #[cfg(feature = "test-util")]
     Panic,
@@ -216,6 +220,8 @@ pub struct RoomState {
     /// a second (and always the first after a gap), so the single-activation checker sees them.
     events: EventLog,
     last_logged_broadcast: Option<Instant>,
+    /// Operator state: mutes, display names, tick and byte windows ([`admin`]).
+    admin: admin::AdminSide,
 }
 
 /// What an outbound envelope is, for backpressure.
@@ -327,6 +333,7 @@ impl Actor for RoomActor {
             gave_up: false,
             events: args.events,
             last_logged_broadcast: None,
+            admin: Default::default(),
         })
     }
 
@@ -421,6 +428,7 @@ impl Actor for RoomActor {
                     .get(&session)
                     .is_some_and(|l| l.link_id == link_id);
                 if let Some(link) = current.then(|| state.links.remove(&session)).flatten() {
+                    state.admin.forget(session);
                     state.metrics.sessions.dec();
                     state.room.leave(session);
                     release_presence(&state.presence, &link);
@@ -454,6 +462,7 @@ impl Actor for RoomActor {
                 }
                 let _ = reply.send(state.handoff_bytes());
             }
+            RoomMsg::Admin(call) => state.on_admin(call, &myself),
             #[cfg(feature = "test-util")]
             RoomMsg::Panic => panic!("test hook: room {} panics", state.room_id),
         }
@@ -471,8 +480,9 @@ impl RoomState {
         let Some(link) = self.links.get_mut(&session) else {
             return;
         };
+        self.admin.observe(session, &body);
         match crate::wire::decode(body, seq, &mut link.timestamps) {
-            crate::wire::Decoded::Input(input) => self.room.input(session, input),
+            crate::wire::Decoded::Input(input) => self.admit_input(session, input),
             // The stream stays open until the Left envelope is out; then the link closes.
             crate::wire::Decoded::Leave => self.room.leave(session),
             crate::wire::Decoded::Invalid(what, why) => {
@@ -655,9 +665,14 @@ impl RoomState {
             self.room.broadcast(&mut out);
         }
         if n > 0 || broadcast {
-            self.metrics
-                .tick_duration
-                .observe(t0.elapsed().as_secs_f64());
+            let took = t0.elapsed().as_secs_f64();
+            self.metrics.tick_duration.observe(took);
+            self.admin.ticks.record(took);
+        }
+        if broadcast {
+            self.admin
+                .bytes
+                .record(elapsed_ms as u64, self.room.stats().frame_bytes);
         }
         // The lease was confirmed before the steps ran, but the process may have been paused
         // (SIGSTOP, a long GC-like stall of the host) while they ran, and another activation may
@@ -926,6 +941,7 @@ impl RoomState {
 
     fn drop_link(&mut self, session: SessionId) {
         if let Some(link) = self.links.remove(&session) {
+            self.admin.forget(session);
             self.metrics.sessions.dec();
             if link.entity.is_some() {
                 self.room.leave(session);

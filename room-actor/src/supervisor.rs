@@ -59,6 +59,13 @@ pub enum RoomsMsg {
         /// Answer.
         reply: RpcReplyPort<Result<ActorRef<RoomMsg>, RoomsError>>,
     },
+    /// The actor of `room` if it is live here (never spawns).
+    Get {
+        /// Room id.
+        room: String,
+        /// Answer.
+        reply: RpcReplyPort<Option<ActorRef<RoomMsg>>>,
+    },
     /// The ids of the live rooms.
     List {
         /// Answer.
@@ -142,6 +149,9 @@ impl Actor for RoomsSupervisor {
                 }
                 let res = state.get_or_spawn(&room, myself.get_cell()).await;
                 let _ = reply.send(res);
+            }
+            RoomsMsg::Get { room, reply } => {
+                let _ = reply.send(state.rooms.get(&room).map(|l| l.actor.clone()));
             }
             RoomsMsg::List { reply } => {
                 let mut ids: Vec<String> = state.rooms.keys().cloned().collect();
@@ -374,6 +384,22 @@ impl Rooms {
             Ok(ractor::rpc::CallResult::Success(r)) => r,
             Ok(_) => Err(RoomsError::Spawn("supervisor timed out".into())),
             Err(e) => Err(RoomsError::Spawn(e.to_string())),
+        }
+    }
+
+    /// The actor of `room` if it is live on this node (an operator call never activates one).
+    pub async fn get(&self, room: &str) -> Option<ActorRef<RoomMsg>> {
+        let room = room.to_owned();
+        match self
+            .actor
+            .call(
+                |reply| RoomsMsg::Get { room, reply },
+                Some(Duration::from_secs(5)),
+            )
+            .await
+        {
+            Ok(ractor::rpc::CallResult::Success(r)) => r,
+            _ => None,
         }
     }
 

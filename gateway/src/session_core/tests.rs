@@ -570,3 +570,14 @@ fn shutdown_says_going_away_and_keeps_the_room_for_a_resume() {
     assert_eq!(closes(&fx), [CloseCode::GoingAway]);
     assert_eq!(t.core.room(), Some(("r", 7)));
 }
+
+#[test]
+fn a_kick_tells_the_client_and_closes_with_the_kicked_code() {
+    let mut t = T::attached();
+    let fx = t.core.on_kick();
+    assert_eq!(errors(&fx), [pb::ErrorCode::Rejected]);
+    assert_eq!(closes(&fx), [CloseCode::Kicked]);
+    assert!(t.core.is_closed());
+    // A second kick (the registry raced the close) does nothing.
+    assert!(t.core.on_kick().is_empty());
+}

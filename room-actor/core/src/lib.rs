@@ -7,6 +7,7 @@
 //! [`Outbound`] messages the step produced. The same calls give the same outputs, byte for byte.
 //!
 //! # Layout
+//! * [`admin`]: operator decisions (members by wallet, teleport targets, mutes, tick p99).
 //! * [`interest`]: nearest-N interest on an rstar R-tree, with distance tiers.
 //! * [`ids`]: entity id allocation with generations.
 //! * [`interactions`]: prop ownership (pickup, place, throw, drop) and props as entities.
@@ -27,6 +28,7 @@
 //! whose broadcasts are spread ([`RoomConfig::spread_from_members`]), the frames of the group
 //! due at this step.
 
+pub mod admin;
 pub mod consent;
 pub mod emotes;
 pub mod events;

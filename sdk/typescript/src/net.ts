@@ -28,6 +28,8 @@ const CLOSE_CODES: Record<number, [string, boolean]> = {
   4006: ["slow_consumer", true],
   4008: ["room_unavailable", true],
   4009: ["internal", true],
+  // An operator kicked the session (admin API `POST /v1/sessions/{id}/kick`): do not reconnect.
+  4010: ["kicked", false],
 };
 
 /** Classifies a WebSocket close code: retryable (reconnect with backoff) or terminal. */

@@ -1,0 +1,224 @@
+//! The room actor's side of the operator calls ([`AdminCall`], sent by
+//! [`crate::admin`] through the supervisor): the room view, mute, close and teleport. The
+//! decisions (who is a member, where a teleport leads, what a mute drops) are the room core's
+//! ([`plaza_room_core::admin`]); this module executes them on the actor's state.
+
+use std::collections::BTreeMap;
+
+use plaza_directory::Epoch;
+use plaza_node_proto::{self as node, NodeOutbound, node_outbound};
+use plaza_proto::pb::client_envelope;
+use plaza_room_core::admin::{
+    AdminRefusal, Identity, Moderation, RateWindow, RoomView, TeleportTarget, TickWindow,
+    clean_display_name, member_session, resolve_teleport, room_view,
+};
+use plaza_room_core::{Input, SessionId};
+use ractor::{ActorRef, RpcReplyPort};
+
+use super::{RoomMsg, RoomState};
+
+/// The message every member of a closed room reads (with `REJECTED`).
+pub const CLOSED_MESSAGE: &str = "room closed by an operator";
+
+/// An operator call on one room.
+#[derive(Debug)]
+pub enum AdminCall {
+    /// The room as the console shows it.
+    Inspect(RpcReplyPort<RoomReport>),
+    /// Mute (`true`) or unmute a member, by wallet.
+    Mute {
+        /// The member.
+        wallet: String,
+        /// Mute or unmute.
+        muted: bool,
+        /// Answer.
+        reply: RpcReplyPort<Result<(), AdminRefusal>>,
+    },
+    /// Close the room: every member is told ([`CLOSED_MESSAGE`]) and detached, presence is
+    /// released and the activation ends. Answers how many sessions were detached.
+    Close(RpcReplyPort<usize>),
+    /// Move a member's avatar (an instant move, not interpolated). Answers where it leads.
+    Teleport {
+        /// The member.
+        wallet: String,
+        /// Where to.
+        target: TeleportTarget,
+        /// Answer.
+        reply: RpcReplyPort<Result<[f32; 3], AdminRefusal>>,
+    },
+}
+
+/// What [`AdminCall::Inspect`] answers.
+#[derive(Clone, Debug)]
+pub struct RoomReport {
+    /// The room core's view (members, props, consents, tick p99, bytes per client).
+    pub view: RoomView,
+    /// The epoch this activation commits under.
+    pub epoch: Epoch,
+    /// The node it runs on.
+    pub node: String,
+    /// Attached sessions (members and joiners).
+    pub sessions: usize,
+    /// Handed off to this activation and not back yet.
+    pub awaited: usize,
+    /// Handed off (draining): nothing changes any more.
+    pub frozen: bool,
+    /// Inputs dropped because their sender was muted.
+    pub muted_dropped: u64,
+}
+
+/// The actor's operator state: mutes, display names, recent tick durations and frame bytes.
+#[derive(Debug, Default)]
+pub(crate) struct AdminSide {
+    pub(crate) moderation: Moderation,
+    names: BTreeMap<SessionId, String>,
+    pub(crate) ticks: TickWindow,
+    pub(crate) bytes: RateWindow,
+}
+
+impl AdminSide {
+    /// Keeps what the console shows of an envelope (the display name a member announces).
+    pub(crate) fn observe(&mut self, session: SessionId, body: &client_envelope::Body) {
+        if let client_envelope::Body::Profile(p) = body {
+            match clean_display_name(&p.display_name) {
+                Some(n) => self.names.insert(session, n),
+                None => self.names.remove(&session),
+            };
+        }
+    }
+
+    /// A session left: forget its name.
+    pub(crate) fn forget(&mut self, session: SessionId) {
+        self.names.remove(&session);
+    }
+}
+
+impl RoomState {
+    /// Feeds a decoded input to the core unless the sender's mute drops it.
+    pub(super) fn admit_input(&mut self, session: SessionId, input: Input) {
+        let wallet = self.links.get(&session).map(|l| l.wallet.as_str());
+        if let Some(w) = wallet
+            && !self.admin.moderation.admits(w, &input)
+        {
+            return;
+        }
+        self.room.input(session, input);
+    }
+
+    pub(super) fn on_admin(&mut self, call: AdminCall, myself: &ActorRef<RoomMsg>) {
+        match call {
+            AdminCall::Inspect(reply) => {
+                let _ = reply.send(self.report());
+            }
+            AdminCall::Mute {
+                wallet,
+                muted,
+                reply,
+            } => {
+                let res = self.member(&wallet).and_then(|_| {
+                    if self.admin.moderation.set_muted(&wallet, muted) {
+                        Ok(())
+                    } else {
+                        Err(AdminRefusal::NotMember(wallet.clone()))
+                    }
+                });
+                if res.is_ok() {
+                    tracing::info!(room = %self.room_id, wallet, muted, "operator mute");
+                }
+                let _ = reply.send(res);
+            }
+            AdminCall::Close(reply) => {
+                let n = self.close();
+                let _ = reply.send(n);
+                myself.stop(Some("closed by an operator".into()));
+            }
+            AdminCall::Teleport {
+                wallet,
+                target,
+                reply,
+            } => {
+                let res = self.teleport(&wallet, &target);
+                let _ = reply.send(res);
+            }
+        }
+    }
+
+    /// The session of the attached member `wallet`.
+    fn member(&self, wallet: &str) -> Result<SessionId, AdminRefusal> {
+        let joined = self
+            .links
+            .iter()
+            .filter(|(_, l)| l.entity.is_some())
+            .map(|(s, l)| (*s, l.wallet.as_str()));
+        member_session(joined, wallet)
+    }
+
+    fn report(&self) -> RoomReport {
+        let who: BTreeMap<SessionId, Identity> = self
+            .links
+            .iter()
+            .map(|(s, l)| (*s, l.wallet.clone()))
+            .chain(self.awaited.iter().map(|(s, a)| (*s, a.wallet.clone())))
+            .map(|(s, wallet)| {
+                (
+                    s,
+                    Identity {
+                        wallet,
+                        display_name: self.admin.names.get(&s).cloned(),
+                    },
+                )
+            })
+            .collect();
+        RoomReport {
+            view: room_view(
+                &self.room.save_state(),
+                &who,
+                &self.admin.moderation,
+                &self.admin.ticks,
+                &self.admin.bytes,
+            ),
+            epoch: self.activation.epoch(),
+            node: self.node_id.clone(),
+            sessions: self.links.len(),
+            awaited: self.awaited.len(),
+            frozen: self.frozen,
+            muted_dropped: self.admin.moderation.dropped,
+        }
+    }
+
+    /// Tells every attached session the room closed and detaches it; the actor stops next
+    /// (its `post_stop` releases the presence of every member and gives the lease up).
+    fn close(&mut self) -> usize {
+        let n = self.links.len();
+        for link in self.links.values() {
+            let detach = NodeOutbound {
+                body: Some(node_outbound::Body::Detach(node::Detach {
+                    reason: node::DetachReason::Rejected as i32,
+                    message: CLOSED_MESSAGE.into(),
+                })),
+                droppable: false,
+                keyframe: false,
+            };
+            let _ = link.tx.try_send(detach);
+        }
+        // Held-off members will not come back to this activation.
+        self.awaited.clear();
+        self.frozen = true;
+        tracing::info!(room = %self.room_id, sessions = n, "room closed by an operator");
+        n
+    }
+
+    fn teleport(
+        &mut self,
+        wallet: &str,
+        target: &TeleportTarget,
+    ) -> Result<[f32; 3], AdminRefusal> {
+        let session = self.member(wallet)?;
+        let to = resolve_teleport(&self.room.config().definition, target)?;
+        if let Some(correction) = self.room.teleport_member(session, to) {
+            self.deliver(correction);
+        }
+        tracing::info!(room = %self.room_id, wallet, ?to, "operator teleport");
+        Ok(to)
+    }
+}
