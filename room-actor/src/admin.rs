@@ -11,8 +11,8 @@ use ractor::rpc::CallResult;
 use ractor::{ActorRef, RpcReplyPort};
 
 pub use crate::NodeControl;
-pub use crate::room::admin::{AdminCall, CLOSED_MESSAGE, RoomReport};
 use crate::room::RoomMsg;
+pub use crate::room::admin::{AdminCall, CLOSED_MESSAGE, RoomReport};
 use crate::supervisor::Rooms;
 
 /// How long a room may take to answer an operator call.

@@ -114,7 +114,10 @@ async fn node_rooms_and_sessions_are_listed() {
     assert_eq!(st, 200);
     assert_eq!(rooms["total"], 1);
     let r = &rooms["rooms"][0];
-    assert_eq!((r["id"].as_str(), r["members"].as_u64()), (Some("ops-view"), Some(2)));
+    assert_eq!(
+        (r["id"].as_str(), r["members"].as_u64()),
+        (Some("ops-view"), Some(2))
+    );
     // Ticks ran and frames went out: both counters are measured, not placeholders.
     assert!(r["tick_p99_ms"].as_f64().unwrap() > 0.0, "{r}");
     assert!(r["bytes_per_client_per_s"].as_f64().unwrap() > 0.0, "{r}");
@@ -136,23 +139,30 @@ async fn node_rooms_and_sessions_are_listed() {
     assert_eq!(st, 200);
     assert_eq!(sessions["total"], 2);
     for c in [&a, &b] {
+        let id = c.session_id.to_string();
         let s = sessions["sessions"]
             .as_array()
             .unwrap()
             .iter()
-            .find(|s| s["id"] == c.session_id.to_string())
+            .find(|s| s["id"] == id)
             .expect("listed");
         assert_eq!(s["wallet"], c.wallet);
         assert_eq!(s["room"], "ops-view");
         assert_eq!(s["node"], n["id"]);
     }
     let (st, limited) = get(admin, "/v1/sessions?limit=1").await;
-    assert_eq!((st, limited["sessions"].as_array().unwrap().len()), (200, 1));
+    assert_eq!(
+        (st, limited["sessions"].as_array().unwrap().len()),
+        (200, 1)
+    );
     assert_eq!(limited["total"], 2);
 
     // Typed errors.
     let (st, e) = get(admin, "/v1/rooms/nowhere").await;
-    assert_eq!((st, e["ok"].clone(), e["error"].clone()), (404, false.into(), "room_not_found".into()));
+    assert_eq!(
+        (st, e["ok"].clone(), e["error"].clone()),
+        (404, false.into(), "room_not_found".into())
+    );
     assert!(e["message"].as_str().unwrap().contains("nowhere"));
     let (st, e) = get(admin, "/v1/sessions?limit=x").await;
     assert_eq!((st, e["error"].as_str()), (400, Some("bad_query")));
@@ -168,14 +178,18 @@ async fn kick_closes_that_session_with_4010() {
     let (mut a, mut b) = two_in(&ws_url(&plaza), "ops-kick").await;
     let (st, j) = post(admin, &format!("/v1/sessions/{}/kick", a.session_id), None).await;
     assert_eq!(st, 200, "{j}");
-    assert_eq!((j["close_code"].as_u64(), j["close_reason"].as_str()), (Some(4010), Some("kicked")));
+    assert_eq!(
+        (j["close_code"].as_u64(), j["close_reason"].as_str()),
+        (Some(4010), Some("kicked"))
+    );
     let closed = a.until_closed().await.unwrap();
     assert_eq!(closed.code, Some(4010), "{closed:?}");
     assert!(
         closed
             .errors
             .iter()
-            .any(|e| e.code == pb::ErrorCode::Rejected as i32 && e.message == "kicked by an operator"),
+            .any(|e| e.code == pb::ErrorCode::Rejected as i32
+                && e.message == "kicked by an operator"),
         "{closed:?}"
     );
     // The other member stays; the kicked one leaves the room and the session list.
@@ -184,7 +198,10 @@ async fn kick_closes_that_session_with_4010() {
         until(Duration::from_secs(5), || async {
             let (_, s) = get(admin, "/v1/sessions").await;
             let (_, r) = get(admin, "/v1/rooms/ops-kick").await;
-            s["total"] == 1 && r["room"]["members"].as_array().is_some_and(|m| m.len() == 1)
+            s["total"] == 1
+                && r["room"]["members"]
+                    .as_array()
+                    .is_some_and(|m| m.len() == 1)
         })
         .await
     );
@@ -235,11 +252,20 @@ async fn mute_drops_the_members_emotes_until_unmuted() {
     assert_eq!(member(&r["room"], &b.wallet)["muted"], false);
     a.send(emote("dance", 2_000)).await.unwrap();
     b.pump_for(Duration::from_millis(600)).await.unwrap();
-    assert_eq!(emotes_of(&b, a.entity), ["wave"], "a muted member's emote is not relayed");
+    assert_eq!(
+        emotes_of(&b, a.entity),
+        ["wave"],
+        "a muted member's emote is not relayed"
+    );
     let (_, r) = get(admin, "/v1/rooms/ops-mute").await;
     assert!(r["room"]["muted_dropped"].as_u64().unwrap() >= 1, "{r}");
 
-    let (st, j) = post(admin, &format!("/v1/rooms/ops-mute/members/{}/unmute", a.wallet), None).await;
+    let (st, j) = post(
+        admin,
+        &format!("/v1/rooms/ops-mute/members/{}/unmute", a.wallet),
+        None,
+    )
+    .await;
     assert_eq!((st, j["muted"].clone()), (200, false.into()), "{j}");
     a.send(emote("clap", 3_000)).await.unwrap();
     b.pump_for(Duration::from_millis(600)).await.unwrap();
@@ -260,7 +286,9 @@ async fn close_tells_every_member_and_releases_presence() {
     let ids = format!("/v1/peers?ids={},{}", a.wallet, b.wallet);
     assert!(
         until(Duration::from_secs(5), || async {
-            get(admin, &ids).await.1["peers"].as_array().is_some_and(|p| p.len() == 2)
+            get(admin, &ids).await.1["peers"]
+                .as_array()
+                .is_some_and(|p| p.len() == 2)
         })
         .await,
         "both online first"
@@ -272,7 +300,8 @@ async fn close_tells_every_member_and_releases_presence() {
         assert!(
             c.errors
                 .iter()
-                .any(|e| e.code == pb::ErrorCode::Rejected as i32 && e.message == "room closed by an operator"),
+                .any(|e| e.code == pb::ErrorCode::Rejected as i32
+                    && e.message == "room closed by an operator"),
             "{:?}",
             c.errors
         );
@@ -289,7 +318,14 @@ async fn close_tells_every_member_and_releases_presence() {
     );
     let (_, s) = get(admin, "/v1/sessions").await;
     assert_eq!(s["total"], 2);
-    assert!(s["sessions"].as_array().unwrap().iter().all(|s| s["room"].is_null()), "{s}");
+    assert!(
+        s["sessions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|s| s["room"].is_null()),
+        "{s}"
+    );
     let (st, e) = post(admin, "/v1/rooms/ops-close/close", None).await;
     assert_eq!((st, e["error"].as_str()), (404, Some("room_not_found")));
     plaza.shutdown().await;
@@ -315,7 +351,11 @@ async fn drain_empties_the_node_and_the_process_stays_up() {
     let (st, _) = plaza_tests::http_get(admin, "/healthz").await.unwrap();
     assert_eq!(st, 200, "the process stays up");
     let (st, j) = post(admin, "/v1/node/drain", None).await;
-    assert_eq!((st, j["started"].clone()), (200, false.into()), "a second drain is a no-op");
+    assert_eq!(
+        (st, j["started"].clone()),
+        (200, false.into()),
+        "a second drain is a no-op"
+    );
     plaza.shutdown().await;
 }
 
@@ -328,7 +368,11 @@ async fn teleport_moves_the_member_to_a_spawn_point_or_a_checked_position() {
     let (st, j) = post(admin, &path, Some(r#"{"spawn":"stage"}"#)).await;
     assert_eq!(st, 200, "{j}");
     let to: Vec<f32> = serde_json::from_value(j["position"].clone()).unwrap();
-    assert_eq!(to, [0.0, 1.0, 20.0], "the stage spawn point of rooms/plaza.toml");
+    assert_eq!(
+        to,
+        [0.0, 1.0, 20.0],
+        "the stage spawn point of rooms/plaza.toml"
+    );
     // The owner is corrected to where it was put; the room view agrees.
     a.pump_for(Duration::from_millis(400)).await.unwrap();
     let c = a
@@ -336,7 +380,7 @@ async fn teleport_moves_the_member_to_a_spawn_point_or_a_checked_position() {
         .iter()
         .find(|c| c.reason == pb::RejectReason::Teleport as i32)
         .unwrap_or_else(|| panic!("no teleport correction: {:?}", a.corrections));
-    let p = c.position.clone().unwrap();
+    let p = c.position.unwrap();
     assert!((p.z - 20.0).abs() < 1.0 && p.x.abs() < 1.0, "{p:?}");
     let (_, r) = get(admin, "/v1/rooms/ops-tp").await;
     let pos = member(&r["room"], &a.wallet)["position"].clone();
@@ -351,9 +395,18 @@ async fn teleport_moves_the_member_to_a_spawn_point_or_a_checked_position() {
         ("{", 400, "bad_body"),
     ] {
         let (st, e) = post(admin, &path, Some(body)).await;
-        assert_eq!((st, e["error"].as_str()), (status, Some(code)), "{body}: {e}");
+        assert_eq!(
+            (st, e["error"].as_str()),
+            (status, Some(code)),
+            "{body}: {e}"
+        );
     }
-    let (st, e) = post(admin, "/v1/rooms/ops-tp/members/nobody/teleport", Some(r#"{"spawn":"stage"}"#)).await;
+    let (st, e) = post(
+        admin,
+        "/v1/rooms/ops-tp/members/nobody/teleport",
+        Some(r#"{"spawn":"stage"}"#),
+    )
+    .await;
     assert_eq!((st, e["error"].as_str()), (404, Some("not_member")));
     plaza.shutdown().await;
 }
@@ -382,14 +435,29 @@ async fn operator_calls_need_the_token_when_one_is_configured() {
     ] {
         for token in [None, Some("wrong")] {
             let (st, e) = call(admin, method, path, token, None).await;
-            assert_eq!((st, e["error"].as_str()), (401, Some("unauthorized")), "{method} {path} {token:?}");
+            assert_eq!(
+                (st, e["error"].as_str()),
+                (401, Some("unauthorized")),
+                "{method} {path} {token:?}"
+            );
         }
     }
     let (st, _) = call(admin, "GET", "/v1/node", Some("s3cret-token"), None).await;
     assert_eq!(st, 200);
     // Nothing happened to the room or the session while refused.
-    let (st, r) = call(admin, "GET", "/v1/rooms/ops-auth", Some("s3cret-token"), None).await;
-    assert_eq!((st, r["room"]["member_count"].as_u64()), (200, Some(1)), "{r}");
+    let (st, r) = call(
+        admin,
+        "GET",
+        "/v1/rooms/ops-auth",
+        Some("s3cret-token"),
+        None,
+    )
+    .await;
+    assert_eq!(
+        (st, r["room"]["member_count"].as_u64()),
+        (200, Some(1)),
+        "{r}"
+    );
     let (st, _) = call(admin, "POST", &kick, Some("s3cret-token"), None).await;
     assert_eq!(st, 200);
     // The console page holds no data: it loads without the token (its calls need it).

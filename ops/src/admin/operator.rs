@@ -264,7 +264,9 @@ pub(crate) async fn get_sessions(
     let limit = match q.get("limit") {
         Some(l) => l
             .parse::<usize>()
-            .map_err(|_| ApiError::new(StatusCode::BAD_REQUEST, "bad_query", "limit: not a number"))?
+            .map_err(|_| {
+                ApiError::new(StatusCode::BAD_REQUEST, "bad_query", "limit: not a number")
+            })?
             .min(MAX_SESSIONS),
         None => MAX_SESSIONS,
     };
@@ -286,7 +288,9 @@ pub(crate) async fn get_sessions(
             })
         })
         .collect();
-    Ok(Json(json!({ "ok": true, "sessions": list, "total": total })))
+    Ok(Json(
+        json!({ "ok": true, "sessions": list, "total": total }),
+    ))
 }
 
 /// `POST /v1/sessions/{id}/kick`: closes the session with 4010 `kicked`.
@@ -361,7 +365,10 @@ pub(crate) async fn drain(State(s): State<Arc<AdminState>>) -> Result<Response, 
     let timeout = op.drain_timeout;
     tokio::spawn(async move {
         let handed = node.drain(timeout).await;
-        tracing::info!(rooms = handed, "operator drain finished; the process stays up");
+        tracing::info!(
+            rooms = handed,
+            "operator drain finished; the process stays up"
+        );
     });
     Ok((
         StatusCode::ACCEPTED,

@@ -382,7 +382,9 @@ pub fn room_view(
         props_held,
         consents,
         tick_p99_s: ticks.p99(),
-        bytes_per_client_per_s: bytes.per_second().map(|b| if n == 0 { 0.0 } else { b / n as f64 }),
+        bytes_per_client_per_s: bytes
+            .per_second()
+            .map(|b| if n == 0 { 0.0 } else { b / n as f64 }),
     }
 }
 
@@ -482,7 +484,10 @@ mod tests {
         assert!(m.set_muted("alice", true));
         assert!(m.is_muted("alice"));
         assert!(!m.admits("alice", &emote));
-        assert!(m.admits("alice", &Input::Resync), "non-expressive input goes on");
+        assert!(
+            m.admits("alice", &Input::Resync),
+            "non-expressive input goes on"
+        );
         assert!(m.admits("bob", &emote), "others are not muted");
         assert_eq!(m.dropped, 1);
         assert!(m.set_muted("alice", false));
@@ -572,7 +577,12 @@ mod tests {
         assert_eq!(v.members.len(), 2);
         let a = &v.members[0];
         assert_eq!(
-            (a.session, a.wallet.as_str(), a.display_name.as_deref(), a.muted),
+            (
+                a.session,
+                a.wallet.as_str(),
+                a.display_name.as_deref(),
+                a.muted
+            ),
             (1, "alice", Some("Alice"), true)
         );
         assert_eq!(Some(a.entity), room.entity_of(1));

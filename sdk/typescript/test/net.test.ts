@@ -5,8 +5,9 @@ import { Backoff, classifyClose, LinkConditioner } from "../src/index.js";
 describe("close codes", () => {
   it("splits retryable from terminal", () => {
     for (const c of [1001, 1006, 4005, 4006, 4008, 4009]) expect(classifyClose(c).retryable, String(c)).toBe(true);
-    for (const c of [1000, 1009, 4001, 4002, 4003, 4004, 4777]) expect(classifyClose(c).retryable, String(c)).toBe(false);
+    for (const c of [1000, 1009, 4001, 4002, 4003, 4004, 4010, 4777]) expect(classifyClose(c).retryable, String(c)).toBe(false);
     expect(classifyClose(4003).name).toBe("auth");
+    expect(classifyClose(4010).name).toBe("kicked");
   });
 });
 
