@@ -7,6 +7,7 @@
 //!   must be finite and inside the room's bounds).
 //! * [`Moderation`]: who is muted, and which inputs a muted member may still send
 //!   ([`is_muted_input`]).
+//! * The teleport itself is [`Room::teleport`](crate::Room::teleport) (cause `Operator`).
 //! * [`TickWindow`] and [`RateWindow`]: the room's recent tick durations (p99) and frame bytes
 //!   per second, for the room view.
 //! * [`RoomView`] ([`room_view`]): members with wallet, entity, display name, position and held
@@ -18,8 +19,6 @@ use plaza_physics::RoomDefinition;
 
 use crate::state::RoomState;
 use crate::{Input, SessionId};
-#[cfg(doc)]
-use crate::{Outbound, RejectReason};
 
 /// Longest display name the room keeps for the console, bytes (as the profile announcement).
 pub const MAX_DISPLAY_NAME: usize = 64;
@@ -115,7 +114,8 @@ pub fn is_muted_input(input: &Input) -> bool {
         | Input::Resync
         | Input::Interact { .. }
         | Input::Consent { .. }
-        | Input::Scene { .. } => false,
+        | Input::Scene { .. }
+        | Input::Teleport { .. } => false,
     }
 }
 
@@ -388,30 +388,6 @@ pub fn room_view(
     }
 }
 
-impl crate::Room {
-    /// Moves `session`'s avatar to `to` at once (an operator teleport; the target comes from
-    /// [`resolve_teleport`]): the physics body is placed at `to` (or the nearest free spot), the
-    /// member's next move from there is accepted as an instant placement, and the owner is sent
-    /// a [`Outbound::Correction`] with reason [`RejectReason::Teleport`] so its client snaps
-    /// instead of walking back. `None` when the session is not a member.
-    pub fn teleport_member(&mut self, session: SessionId, to: [f32; 3]) -> Option<crate::Outbound> {
-        let m = self.members.get_mut(&session)?;
-        self.physics.teleport(m.entity, to);
-        if let Some(p) = self.physics.avatar_position(m.entity) {
-            m.pose.position = p;
-        }
-        m.pose.velocity = [0.0; 3];
-        // The client's clock restarts from its next move: no speed check across the jump.
-        m.last_timestamp_s = None;
-        Some(crate::Outbound::Correction {
-            session,
-            reason: crate::RejectReason::Teleport,
-            pose: m.pose,
-            last_input_seq: m.last_input_seq,
-        })
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -592,35 +568,5 @@ mod tests {
         assert!(!v.members[1].muted);
         assert!(v.consents.is_empty() && v.props_held.is_empty());
         assert_eq!(v.tick_p99_s, None);
-    }
-
-    #[test]
-    fn an_operator_teleport_moves_the_avatar_and_corrects_its_owner() {
-        let mut room = Room::new("r", RoomConfig::default());
-        room.join(1);
-        let mut out: Vec<Outbound> = Vec::new();
-        room.step(20, &mut out);
-        let to = resolve_teleport(
-            &room.config().definition,
-            &TeleportTarget::Spawn("stage".into()),
-        )
-        .unwrap();
-        let c = room.teleport_member(1, to).expect("a member");
-        let at = room.pose_of(1).unwrap().position;
-        let d: f32 = (0..3).map(|i| (at[i] - to[i]).powi(2)).sum::<f32>().sqrt();
-        assert!(d < 1.0, "moved to {at:?}, asked {to:?}");
-        match c {
-            Outbound::Correction {
-                session,
-                reason,
-                pose,
-                ..
-            } => {
-                assert_eq!((session, reason), (1, crate::RejectReason::Teleport));
-                assert_eq!(pose.position, at);
-            }
-            other => panic!("expected a correction, got {other:?}"),
-        }
-        assert!(room.teleport_member(9, to).is_none(), "not a member");
     }
 }

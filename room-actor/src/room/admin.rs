@@ -215,8 +215,20 @@ impl RoomState {
     ) -> Result<[f32; 3], AdminRefusal> {
         let session = self.member(wallet)?;
         let to = resolve_teleport(&self.room.config().definition, target)?;
-        if let Some(correction) = self.room.teleport_member(session, to) {
-            self.deliver(correction);
+        // The core's operator teleport: the instant bit on the next frame record and a
+        // `Teleported` event (cause OPERATOR) to the mover and those who see it.
+        let mut out = Vec::new();
+        let to = self
+            .room
+            .teleport(session, to, &mut out)
+            .map_err(|r| match r {
+                plaza_room_core::events::Refusal::NotMember => {
+                    AdminRefusal::NotMember(wallet.into())
+                }
+                _ => AdminRefusal::OutOfBounds,
+            })?;
+        for o in out {
+            self.deliver(o);
         }
         tracing::info!(room = %self.room_id, wallet, ?to, "operator teleport");
         Ok(to)
