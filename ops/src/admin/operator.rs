@@ -438,7 +438,7 @@ mod tests {
             br#"{"where":"x"}"#,
             b"not json",
         ] {
-            let e = parse_teleport(bad).err().expect("refused");
+            let e = parse_teleport(bad).expect_err("refused");
             assert_eq!((e.status, e.code), (StatusCode::BAD_REQUEST, "bad_body"));
         }
     }
