@@ -60,7 +60,7 @@ interface Shown {
 
 function shown(page: Page): Promise<Shown> {
   return page.evaluate((): Shown => {
-    const rows = (sel: string, attr: string) => [...document.querySelectorAll(sel)].map((r) => r.getAttribute(attr) ?? "");
+    const rows = (sel: string, attr: string) => Array.from(document.querySelectorAll(sel), (r) => r.getAttribute(attr) ?? "");
     const c = (window as unknown as { plazaConsole: any }).plazaConsole;
     return {
       rooms: rows("#rooms tbody tr", "data-room"),
