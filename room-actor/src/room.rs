@@ -220,7 +220,7 @@ pub struct RoomState {
     /// a second (and always the first after a gap), so the single-activation checker sees them.
     events: EventLog,
     last_logged_broadcast: Option<Instant>,
-    /// Operator state: mutes, display names, tick and byte windows ([`admin`]).
+    /// Operator state: mutes, tick and byte windows ([`admin`]).
     admin: admin::AdminSide,
 }
 
@@ -428,7 +428,6 @@ impl Actor for RoomActor {
                     .get(&session)
                     .is_some_and(|l| l.link_id == link_id);
                 if let Some(link) = current.then(|| state.links.remove(&session)).flatten() {
-                    state.admin.forget(session);
                     state.metrics.sessions.dec();
                     state.room.leave(session);
                     release_presence(&state.presence, &link);
@@ -480,7 +479,6 @@ impl RoomState {
         let Some(link) = self.links.get_mut(&session) else {
             return;
         };
-        self.admin.observe(session, &body);
         match crate::wire::decode(body, seq, &mut link.timestamps) {
             crate::wire::Decoded::Input(input) => self.admit_input(session, input),
             // The stream stays open until the Left envelope is out; then the link closes.
@@ -941,7 +939,6 @@ impl RoomState {
 
     fn drop_link(&mut self, session: SessionId) {
         if let Some(link) = self.links.remove(&session) {
-            self.admin.forget(session);
             self.metrics.sessions.dec();
             if link.entity.is_some() {
                 self.room.leave(session);

@@ -91,6 +91,12 @@ async fn node_rooms_and_sessions_are_listed() {
     let plaza = start_plaza(&test_config()).await;
     let admin = plaza.admin_addr();
     let (mut a, mut b) = two_in(&ws_url(&plaza), "ops-view").await;
+    a.send(client_envelope::Body::Profile(pb::ProfileAnnouncement {
+        version: 1,
+        display_name: "Alice\u{7}".into(),
+    }))
+    .await
+    .unwrap();
     a.pump_for(Duration::from_millis(300)).await.unwrap();
     b.pump_for(Duration::from_millis(100)).await.unwrap();
 
@@ -134,6 +140,9 @@ async fn node_rooms_and_sessions_are_listed() {
         assert_eq!(m["position"].as_array().unwrap().len(), 3);
     }
     assert_eq!(room["open_consents"], serde_json::json!([]));
+    // The display name is the announced one, cleaned; none until announced.
+    assert_eq!(member(room, &a.wallet)["display_name"], "Alice");
+    assert!(member(room, &b.wallet)["display_name"].is_null());
 
     let (st, sessions) = get(admin, "/v1/sessions").await;
     assert_eq!(st, 200);

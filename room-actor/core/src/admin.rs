@@ -20,9 +20,6 @@ use plaza_physics::RoomDefinition;
 use crate::state::RoomState;
 use crate::{Input, SessionId};
 
-/// Longest display name the room keeps for the console, bytes (as the profile announcement).
-pub const MAX_DISPLAY_NAME: usize = 64;
-
 /// Where an operator sends a member.
 #[derive(Clone, Debug, PartialEq)]
 pub enum TeleportTarget {
@@ -115,7 +112,10 @@ pub fn is_muted_input(input: &Input) -> bool {
         | Input::Interact { .. }
         | Input::Consent { .. }
         | Input::Scene { .. }
-        | Input::Teleport { .. } => false,
+        | Input::Teleport { .. }
+        | Input::Block { .. }
+        | Input::PersonalSpace { .. }
+        | Input::Profile { .. } => false,
     }
 }
 
@@ -158,20 +158,6 @@ impl Moderation {
         }
         true
     }
-}
-
-/// A display name as the console shows it: control characters removed, at most
-/// [`MAX_DISPLAY_NAME`] bytes (cut at a character boundary); `None` when nothing is left.
-pub fn clean_display_name(name: &str) -> Option<String> {
-    let mut out = String::new();
-    for c in name.chars().filter(|c| !c.is_control()) {
-        if out.len() + c.len_utf8() > MAX_DISPLAY_NAME {
-            break;
-        }
-        out.push(c);
-    }
-    let out = out.trim().to_owned();
-    (!out.is_empty()).then_some(out)
 }
 
 /// The durations of a room's recent ticks (the last `cap`), for a p99.
@@ -264,7 +250,8 @@ impl RateWindow {
     }
 }
 
-/// Who a session is, as the shell knows it (the core knows sessions only).
+/// Who a session is: its wallet (the shell's) and the display name it announced (the core's
+/// [`people::Identity`](crate::people::Identity)).
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Identity {
     /// Wallet address or guest id.
@@ -479,16 +466,6 @@ mod tests {
         assert!(!m.set_muted("one-more", true));
         assert!(!m.is_muted("one-more"));
         assert!(m.set_muted("w0", true), "re-muting a muted wallet is fine");
-    }
-
-    #[test]
-    fn display_names_lose_control_characters_and_are_capped() {
-        assert_eq!(clean_display_name("  Ann\u{7}e "), Some("Anne".into()));
-        assert_eq!(clean_display_name("\n\t"), None);
-        let long = "é".repeat(100);
-        let c = clean_display_name(&long).unwrap();
-        assert!(c.len() <= MAX_DISPLAY_NAME);
-        assert_eq!(c.chars().count(), MAX_DISPLAY_NAME / 2);
     }
 
     #[test]

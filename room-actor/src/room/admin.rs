@@ -7,10 +7,9 @@ use std::collections::BTreeMap;
 
 use plaza_directory::Epoch;
 use plaza_node_proto::{self as node, NodeOutbound, node_outbound};
-use plaza_proto::pb::client_envelope;
 use plaza_room_core::admin::{
     AdminRefusal, Identity, Moderation, RateWindow, RoomView, TeleportTarget, TickWindow,
-    clean_display_name, member_session, resolve_teleport, room_view,
+    member_session, resolve_teleport, room_view,
 };
 use plaza_room_core::{Input, SessionId};
 use ractor::{ActorRef, RpcReplyPort};
@@ -67,30 +66,12 @@ pub struct RoomReport {
     pub muted_dropped: u64,
 }
 
-/// The actor's operator state: mutes, display names, recent tick durations and frame bytes.
+/// The actor's operator state: mutes, recent tick durations and frame bytes.
 #[derive(Debug, Default)]
 pub(crate) struct AdminSide {
     pub(crate) moderation: Moderation,
-    names: BTreeMap<SessionId, String>,
     pub(crate) ticks: TickWindow,
     pub(crate) bytes: RateWindow,
-}
-
-impl AdminSide {
-    /// Keeps what the console shows of an envelope (the display name a member announces).
-    pub(crate) fn observe(&mut self, session: SessionId, body: &client_envelope::Body) {
-        if let client_envelope::Body::Profile(p) = body {
-            match clean_display_name(&p.display_name) {
-                Some(n) => self.names.insert(session, n),
-                None => self.names.remove(&session),
-            };
-        }
-    }
-
-    /// A session left: forget its name.
-    pub(crate) fn forget(&mut self, session: SessionId) {
-        self.names.remove(&session);
-    }
 }
 
 impl RoomState {
@@ -160,11 +141,18 @@ impl RoomState {
             .map(|(s, l)| (*s, l.wallet.clone()))
             .chain(self.awaited.iter().map(|(s, a)| (*s, a.wallet.clone())))
             .map(|(s, wallet)| {
+                // The display name is the core's (the member's profile announcement).
+                let display_name = self
+                    .room
+                    .entity_of(s)
+                    .and_then(|e| self.room.identity(e))
+                    .map(|i| i.display_name.clone())
+                    .filter(|n| !n.is_empty());
                 (
                     s,
                     Identity {
                         wallet,
-                        display_name: self.admin.names.get(&s).cloned(),
+                        display_name,
                     },
                 )
             })
