@@ -179,4 +179,20 @@ for bad in "gateway.replicas=three" "config.room.tick_hz=fast" "redis.enabled=ma
     fi
 done
 step "values.schema.json refuses bad values"
+# Rules between values the schema cannot express are refused by the templates, by name.
+for bad in "gateway.autoscaling.minReplicas=5 --set gateway.autoscaling.maxReplicas=3|must not exceed maxReplicas" \
+    "gateway.resources.requests.cpu=null|needs gateway.resources.requests.cpu"; do
+    flags=${bad%%|*}
+    want=${bad#*|}
+    # shellcheck disable=SC2086
+    if "$HELM" template plaza "$CHART" --set gateway.autoscaling.enabled=true --set $flags \
+        >/dev/null 2>"$OUT/bad.err"; then
+        fail "the chart rendered an HPA with --set $flags"
+    fi
+    grep -q "$want" "$OUT/bad.err" || {
+        cat "$OUT/bad.err" >&2
+        fail "--set $flags: the error does not say '$want'"
+    }
+done
+step "the gateway HPA refuses min > max replicas and a missing CPU request"
 step "all good"
