@@ -789,7 +789,8 @@ impl RoomState {
                     },
                     interest_cap: cfg.interest_cap,
                     position: Some(vec3(spawn)),
-                    ..Default::default()
+                    room: Some(crate::wire::room_description(cfg)),
+                    rotation_y: self.room.pose_of(session).map_or(0.0, |p| p.yaw_deg),
                 };
                 self.send_envelope(
                     session,

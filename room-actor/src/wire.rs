@@ -329,3 +329,89 @@ pub(crate) fn vec3(p: [f32; 3]) -> pb::Vec3 {
         z: p[2],
     }
 }
+
+/// `Joined.room`: the room a client joined, from the room's config and definition.
+pub(crate) fn room_description(cfg: &plaza_room_core::RoomConfig) -> pb::RoomDescription {
+    use plaza_proto::compressed::CELL_SIZE_M;
+    let def = &cfg.definition;
+    let ph = &cfg.physics;
+    // The server decodes MovementCompressed over the default grid (±2,048 m,
+    // `plaza_proto::compressed::decompress`).
+    let cells = (2048.0 / CELL_SIZE_M).ceil() as i32;
+    let destinations = def
+        .spawn_points
+        .iter()
+        .map(|sp| pb::Destination {
+            name: sp.name.clone(),
+            kind: pb::DestinationKind::Spawn as i32,
+            position: Some(vec3(sp.position)),
+            rotation_y: sp.yaw_deg,
+            radius_m: 0.0,
+            target: String::new(),
+            requestable: sp.requestable,
+        })
+        .chain(def.portals.iter().map(|p| pb::Destination {
+            name: p.name.clone(),
+            kind: pb::DestinationKind::Portal as i32,
+            position: Some(vec3(p.position)),
+            rotation_y: 0.0,
+            radius_m: p.radius,
+            target: p.target.clone(),
+            requestable: false,
+        }))
+        .collect();
+    pb::RoomDescription {
+        bounds_min: Some(vec3(def.bounds_min)),
+        bounds_max: Some(vec3(def.bounds_max)),
+        ground_y: def.spawn[1],
+        cell_grid: Some(pb::CellGrid {
+            cell_size_m: CELL_SIZE_M,
+            min_x: -cells,
+            min_z: -cells,
+            width: (2 * cells) as u32,
+            depth: (2 * cells) as u32,
+        }),
+        destinations,
+        limits: Some(pb::MovementLimits {
+            max_speed_mps: ph.max_speed_mps,
+            teleport_distance_m: ph.max_speed_mps * ph.max_move_dt_s + ph.tolerance_m,
+            clock_tolerance_s: ph.clock_reject_lead_ms as f32 / 1000.0,
+            speed_tolerance: if ph.max_speed_mps > 0.0 {
+                ph.velocity_tolerance_mps / ph.max_speed_mps
+            } else {
+                0.0
+            },
+            // No vertical limit of its own: the anti-fly rule bounds height instead.
+            max_vertical_speed_mps: 0.0,
+        }),
+        max_members: cfg.max_members,
+        budget_bytes_per_s: cfg.budget_bytes_per_s,
+        // The expression channel is not served yet.
+        expression_hz: 0,
+        definition: def.name.clone(),
+        capsule_half_height_m: ph.capsule_half_height,
+        capsule_radius_m: ph.capsule_radius,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_room_description_lists_destinations_and_limits() {
+        let cfg = plaza_room_core::RoomConfig::default();
+        let d = room_description(&cfg);
+        assert_eq!(d.definition, "plaza");
+        assert_eq!(d.bounds_min, Some(vec3([-32.0, -2.0, -32.0])));
+        let stage = d.destinations.iter().find(|x| x.name == "stage").unwrap();
+        assert!(stage.requestable);
+        assert_eq!(stage.kind, pb::DestinationKind::Spawn as i32);
+        let l = d.limits.unwrap();
+        assert_eq!(l.max_speed_mps, 12.0);
+        assert!((l.teleport_distance_m - 12.25).abs() < 1e-4);
+        let g = d.cell_grid.unwrap();
+        assert_eq!((g.min_x, g.width), (-128, 256));
+        assert_eq!(d.max_members, cfg.max_members);
+    }
+}

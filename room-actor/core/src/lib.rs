@@ -14,6 +14,7 @@
 //! * [`consent`]: the consent state machine (requests between two members).
 //! * [`emotes`]: monotonic emote scheduling.
 //! * [`scene`]: lockstep scene actions with late joiners (seed 001).
+//! * [`people`]: identities and profiles, each client's roster, blocks and personal space.
 //! * [`events`]: the discrete events and refusals the room sends.
 //! * [`state`]: a plain copy of the room's state for drain and restore.
 //! * `config`: [`RoomConfig`] and [`CapacityTier`].

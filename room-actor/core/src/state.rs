@@ -7,8 +7,9 @@
 //! [`Room::restore`] rebuilds a room from it. Not included: queued joins, leaves and inputs
 //! (save it between steps; unapplied inputs are lost), frame encoder state (every
 //! member gets a keyframe after a restore), physics internals beyond positions and velocities
-//! (a prop's rotation restarts upright), and wallets (the core knows sessions only; the shell
-//! keeps the session-to-wallet map beside it). Serializing it is the caller's job.
+//! (a prop's rotation restarts upright), and teleports in flight (the instant bit of a teleport
+//! just before the save is not repeated). Members carry their wallet, profile and personal
+//! space; blocks are saved per wallet pair. Serializing it is the caller's job.
 
 use std::collections::{BTreeMap, BTreeSet};
 
