@@ -3,7 +3,7 @@
 //!
 //! Every answer is JSON: `{"ok":true,…}` or `{"ok":false,"error":CODE,"message":…}` with the
 //! status the code implies (400 a bad path or body, 404 an unknown room, member or session, 409 a
-//! call the process's roles cannot serve, 503 not started yet / the directory or the room does
+//! call the process's roles cannot serve or a teleport in a room already handed off, 503 not started yet / the directory or the room does
 //! not answer). Lists are bounded ([`MAX_ROOMS`], [`MAX_SESSIONS`], the room core's
 //! `MAX_VIEW_MEMBERS`); each says how many there are in all.
 
@@ -98,6 +98,7 @@ impl From<RoomCallError> for ApiError {
             RoomCallError::NotFound(_) => StatusCode::NOT_FOUND,
             RoomCallError::Refused(r) => match r {
                 plaza_room_core::admin::AdminRefusal::NotMember(_) => StatusCode::NOT_FOUND,
+                plaza_room_core::admin::AdminRefusal::Frozen => StatusCode::CONFLICT,
                 _ => StatusCode::BAD_REQUEST,
             },
             RoomCallError::Timeout(_) => StatusCode::SERVICE_UNAVAILABLE,

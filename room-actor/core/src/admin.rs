@@ -44,6 +44,9 @@ pub enum AdminRefusal {
     /// The point is outside the room's bounds.
     #[error("position is outside the room's bounds")]
     OutOfBounds,
+    /// The room was handed off (a drain) or closed: it changes nothing any more.
+    #[error("the room is handed off or closed; it changes nothing any more")]
+    Frozen,
 }
 
 impl AdminRefusal {
@@ -54,6 +57,7 @@ impl AdminRefusal {
             Self::UnknownSpawn(_) => "unknown_spawn",
             Self::NonFinite => "non_finite",
             Self::OutOfBounds => "out_of_bounds",
+            Self::Frozen => "room_frozen",
         }
     }
 }
@@ -383,6 +387,19 @@ mod tests {
 
     fn def() -> RoomDefinition {
         RoomDefinition::default_plaza()
+    }
+
+    #[test]
+    fn refusal_codes_are_distinct() {
+        let all = [
+            AdminRefusal::NotMember("w".into()),
+            AdminRefusal::UnknownSpawn("s".into()),
+            AdminRefusal::NonFinite,
+            AdminRefusal::OutOfBounds,
+            AdminRefusal::Frozen,
+        ];
+        let codes: BTreeSet<_> = all.iter().map(AdminRefusal::code).collect();
+        assert_eq!(codes.len(), all.len());
     }
 
     #[test]

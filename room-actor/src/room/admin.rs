@@ -201,6 +201,11 @@ impl RoomState {
         wallet: &str,
         target: &TeleportTarget,
     ) -> Result<[f32; 3], AdminRefusal> {
+        if self.frozen {
+            // Its state is already handed off: a move now would be lost (and told to nobody
+            // who keeps it).
+            return Err(AdminRefusal::Frozen);
+        }
         let session = self.member(wallet)?;
         let to = resolve_teleport(&self.room.config().definition, target)?;
         // The core's operator teleport: the instant bit on the next frame record and a
