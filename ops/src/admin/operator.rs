@@ -238,13 +238,22 @@ pub(crate) async fn get_rooms(State(s): State<Arc<AdminState>>) -> ApiResult {
     };
     let ids = node.rooms().list().await;
     let total = ids.len();
-    let mut rooms = Vec::new();
-    for id in ids.iter().take(MAX_ROOMS) {
-        // A room that stopped since the list is left out.
-        if let Ok(r) = node.rooms().inspect(id).await {
-            rooms.push(report_json(&r, false));
+    // Every room answers on its own actor: ask them all at once, so one busy room costs its own
+    // answer time (at most the 2 s call timeout), not everyone's.
+    let mut asks = tokio::task::JoinSet::new();
+    for id in ids.into_iter().take(MAX_ROOMS) {
+        let rooms = node.rooms().clone();
+        asks.spawn(async move { rooms.inspect(&id).await });
+    }
+    let mut reports = Vec::new();
+    while let Some(r) = asks.join_next().await {
+        // A room that stopped since the list (or did not answer) is left out.
+        if let Ok(Ok(r)) = r {
+            reports.push(r);
         }
     }
+    reports.sort_by(|a, b| a.view.room.cmp(&b.view.room));
+    let rooms: Vec<Value> = reports.iter().map(|r| report_json(r, false)).collect();
     Ok(Json(json!({ "ok": true, "rooms": rooms, "total": total })))
 }
 
