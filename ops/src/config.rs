@@ -191,6 +191,7 @@ pub struct RoomSection {
     pub empty_grace_ms: u64,
     pub max_catch_up: u32,
     pub presence_ttl_ms: u64,
+    pub definition: String,
 }
 
 /// `[directory]`
@@ -470,6 +471,9 @@ impl PlazaConfig {
         if r.check_every == 0 {
             return bad("room.check_every", "must be > 0");
         }
+        if let Err(why) = self.room_definition() {
+            return bad("room.definition", &why);
+        }
         let g = &self.gateway;
         if !(64..=1 << 20).contains(&g.max_frame_bytes) {
             return bad("gateway.max_frame_bytes", "must be 64..=1048576");
@@ -554,8 +558,18 @@ impl PlazaConfig {
         Ok(())
     }
 
-    /// The room actor config these settings describe.
-    pub fn room_actor(&self) -> plaza_room_actor::room::RoomActorConfig {
+    /// The room definition `room.definition` names (the built-in plaza when empty), loaded and
+    /// validated.
+    pub fn room_definition(&self) -> Result<plaza_room_core::RoomDefinition, String> {
+        let path = &self.room.definition;
+        if path.is_empty() {
+            return Ok(plaza_room_core::RoomDefinition::default_plaza());
+        }
+        plaza_room_core::RoomDefinition::from_path(path).map_err(|e| e.to_string())
+    }
+
+    /// The room actor config these settings describe (reads `room.definition`).
+    pub fn room_actor(&self) -> std::io::Result<plaza_room_actor::room::RoomActorConfig> {
         use plaza_room_core::{CapacityTier, RoomConfig};
         let r = &self.room;
         let tier = match r.tier {
@@ -573,12 +587,13 @@ impl PlazaConfig {
         if r.budget_bytes_per_s > 0 {
             room.budget_bytes_per_s = r.budget_bytes_per_s;
         }
-        plaza_room_actor::room::RoomActorConfig {
+        room.definition = self.room_definition().map_err(std::io::Error::other)?;
+        Ok(plaza_room_actor::room::RoomActorConfig {
             room,
             max_catch_up: r.max_catch_up,
             empty_grace: Duration::from_millis(r.empty_grace_ms),
             presence_ttl: Duration::from_millis(r.presence_ttl_ms),
-        }
+        })
     }
 
     /// The node config these settings describe.
@@ -588,7 +603,7 @@ impl PlazaConfig {
             node_id: n.id.clone(),
             listen: n.listen.resolve()?,
             advertise: (!n.advertise.is_empty()).then(|| n.advertise.clone()),
-            room: self.room_actor(),
+            room: self.room_actor()?,
             lease_ttl: Duration::from_millis(n.lease_ttl_ms),
             heartbeat_ttl: Duration::from_millis(n.heartbeat_ttl_ms),
             session_queue: n.session_queue,
@@ -742,6 +757,38 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("listen_port"), "{err}");
+    }
+
+    #[test]
+    fn a_room_definition_file_is_loaded_and_a_bad_one_refused() {
+        let dir = std::env::temp_dir().join(format!("plaza-cfg-def-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let def = plaza_room_core::RoomDefinition::default_plaza();
+        let mut small = def.clone();
+        small.name = "small".into();
+        let good = dir.join("small.json");
+        std::fs::write(&good, serde_json::to_string(&small).unwrap()).unwrap();
+        let env = BTreeMap::from([(
+            "PLAZA__ROOM__DEFINITION".to_owned(),
+            good.display().to_string(),
+        )]);
+        let (cfg, _) = load(None, Some(env)).unwrap();
+        assert_eq!(cfg.room_actor().unwrap().room.definition.name, "small");
+        assert_eq!(
+            PlazaConfig::defaults()
+                .room_actor()
+                .unwrap()
+                .room
+                .definition,
+            def,
+            "empty: the built-in plaza"
+        );
+        let env = BTreeMap::from([(
+            "PLAZA__ROOM__DEFINITION".to_owned(),
+            dir.join("missing.toml").display().to_string(),
+        )]);
+        let err = load(None, Some(env)).unwrap_err().to_string();
+        assert!(err.contains("room.definition"), "{err}");
     }
 
     #[test]

@@ -97,6 +97,8 @@ pub struct ClusterOpts {
     pub empty_grace_ms: u64,
     /// Log filter of the processes.
     pub log: String,
+    /// More environment variables of every process (`PLAZA__SECTION__KEY` settings).
+    pub env: Vec<(String, String)>,
 }
 
 /// The shipped defaults of the timing knobs (`ops/plaza.example.toml`).
@@ -107,6 +109,7 @@ const SHIPPED: ClusterOpts = ClusterOpts {
     sweep_interval_ms: 5_000,
     empty_grace_ms: 10_000,
     log: String::new(),
+    env: Vec::new(),
 };
 
 impl Default for ClusterOpts {
@@ -129,6 +132,7 @@ impl ClusterOpts {
             sweep_interval_ms: 1_000,
             empty_grace_ms: 2_000,
             log: "info".into(),
+            env: Vec::new(),
         }
     }
 }
@@ -470,6 +474,9 @@ pub fn spawn(
         if value != shipped {
             cmd.env(key, value.to_string());
         }
+    }
+    for (key, value) in &opts.env {
+        cmd.env(key, value);
     }
     cmd.env("PLAZA__LOG__LEVEL", &opts.log)
         .env_remove("RUST_LOG")

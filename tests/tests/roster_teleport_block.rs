@@ -2,9 +2,10 @@
 //! shipped timing defaults), three real clients in one room.
 //!
 //! * Roster: each client learns the others' wallets and announced display names.
-//! * Teleport: a client asks for a named destination ("stage", requestable in the default
-//!   plaza); the others see the instant bit on the mover's record; the mover's next move from the
-//!   new place is accepted.
+//! * Teleport: a client walks into a portal of the room definition (the default plaza plus a
+//!   portal, given to the nodes as `room.definition`), later asks for a named destination; each
+//!   time the others see the instant bit on the mover's record and the mover's next move from
+//!   the new place is accepted.
 //! * Block: A blocks B; from the next broadcast on neither is in the other's frames; B's consent
 //!   request to A is refused ("blocked"); the block is in the room's durable audit log.
 //! * Drain: the node hosting the room gets SIGTERM; after the clients are moved (inside their
@@ -17,7 +18,7 @@ use std::time::Duration;
 use plaza_proto::pb::{self, client_envelope, server_envelope};
 use plaza_proto::quant::ANIM_INSTANT;
 use plaza_tests::cluster::{Cluster, ClusterOpts};
-use plaza_tests::{Client, consent, wait_event};
+use plaza_tests::{Client, consent, wait_event, walk_from};
 
 const ROOM: &str = "rtb-room";
 
@@ -80,32 +81,83 @@ fn knows(viewer: &Client, who: &Client, name: &str) -> bool {
         .is_some_and(|e| e.wallet == who.wallet && e.display_name == name)
 }
 
-/// `mover` asks for `destination`; returns where it landed. `watcher` must see the mover's
-/// record with the instant bit at that place in one of its frames; the mover's next move (0.3 m
-/// on from there) is accepted.
+/// The room definition of this test's nodes: the default plaza plus a portal "gate" at
+/// (6, 0, -8), radius 1 m, to the spawn point "stage".
+fn definition_with_portal(dir: &std::path::Path) -> std::path::PathBuf {
+    let base = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../physics/rooms/plaza.toml"),
+    )
+    .expect("the default plaza definition");
+    let path = dir.join("plaza-with-portal.toml");
+    std::fs::write(
+        &path,
+        format!(
+            "{base}\n[[portals]]\nname = \"gate\"\nposition = [6.0, 0.0, -8.0]\nradius = 1.0\n\
+             target = \"stage\"\n"
+        ),
+    )
+    .unwrap();
+    path
+}
+
+/// `mover` asks for `destination`; see [`check_teleport`].
 async fn teleport_and_check(
     mover: &mut Client,
     watcher: &mut Client,
     destination: &str,
     t: &mut f64,
 ) -> [f32; 3] {
-    let corrections = mover.corrections.len();
+    let from = mover.events.len();
     mover
         .send(client_envelope::Body::Teleport(pb::TeleportRequest {
             destination: destination.into(),
         }))
         .await
         .unwrap();
-    let k = wait_event("teleported (mover)", mover, |k| {
-        matches!(k, pb::event::Kind::Teleported(_))
-    })
-    .await;
-    let pb::event::Kind::Teleported(tp) = k else {
-        unreachable!()
+    check_teleport(
+        mover,
+        watcher,
+        from,
+        destination,
+        pb::TeleportCause::Request,
+        t,
+    )
+    .await
+}
+
+/// The mover was teleported (its `Teleported` event is among its events from index `from`, or
+/// still to come): checks the event, that `watcher` sees the mover's record with the instant bit
+/// at the new place in one of its frames, and that the mover's next move (0.3 m on from there) is
+/// accepted. Returns where that move went.
+async fn check_teleport(
+    mover: &mut Client,
+    watcher: &mut Client,
+    from: usize,
+    destination: &str,
+    cause: pb::TeleportCause,
+    t: &mut f64,
+) -> [f32; 3] {
+    let corrections = mover.corrections.len();
+    let held = mover.events[from..].iter().find_map(|e| match &e.kind {
+        Some(pb::event::Kind::Teleported(tp)) => Some(tp.clone()),
+        _ => None,
+    });
+    let tp = match held {
+        Some(tp) => tp,
+        None => {
+            let k = wait_event("teleported (mover)", mover, |k| {
+                matches!(k, pb::event::Kind::Teleported(_))
+            })
+            .await;
+            let pb::event::Kind::Teleported(tp) = k else {
+                unreachable!()
+            };
+            tp
+        }
     };
     assert_eq!(tp.entity_id, mover.entity);
     assert_eq!(tp.destination, destination);
-    assert_eq!(tp.cause, pb::TeleportCause::Request as i32);
+    assert_eq!(tp.cause, cause as i32);
     let p = tp.position.expect("a position");
     let at = [p.x, p.y, p.z];
     // The watcher's frames: one shows the mover at the new place with the instant bit.
@@ -165,7 +217,18 @@ fn sees(viewer: &Client, other: &Client) -> bool {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn roster_teleport_and_blocks_work_end_to_end_and_survive_a_drain() {
-    let mut c = Cluster::start(ClusterOpts::default()).await.unwrap();
+    let dir = std::env::temp_dir().join(format!("plaza-rtb-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let definition = definition_with_portal(&dir);
+    let mut c = Cluster::start(ClusterOpts {
+        env: vec![(
+            "PLAZA__ROOM__DEFINITION".into(),
+            definition.display().to_string(),
+        )],
+        ..ClusterOpts::default()
+    })
+    .await
+    .unwrap();
     let url = c.ws_url();
     let mut a = Client::connect(&url).await.unwrap();
     a.join(ROOM).await.unwrap();
@@ -211,7 +274,22 @@ async fn roster_teleport_and_blocks_work_end_to_end_and_survive_a_drain() {
         "{peers:?}"
     );
 
-    // Teleport to a named destination: w sees the instant bit, a's next move is accepted.
+    // a walks into the portal: the server sends it to the stage; w sees the instant bit; a's
+    // next move, from the stage, is accepted.
+    let from = a.events.len();
+    let spawn_a = a.spawn;
+    walk_from(&mut a, spawn_a, [5.2, 0.0, -8.0], &mut ta).await;
+    let at = check_teleport(
+        &mut a,
+        &mut w,
+        from,
+        "stage",
+        pb::TeleportCause::Portal,
+        &mut ta,
+    )
+    .await;
+    assert!((at[2] - 20.0).abs() < 0.5, "on the stage: {at:?}");
+    // A named destination the room allows: w sees the instant bit again.
     teleport_and_check(&mut a, &mut w, "stage", &mut ta).await;
     // Back near the others, so that a and b would see each other if not blocked.
     teleport_and_check(&mut a, &mut w, "entrance", &mut ta).await;

@@ -47,6 +47,7 @@ mod io;
 
 pub use config::{CapacityTier, RoomConfig};
 pub use io::{Input, JoinRefusal, MoveInput, Outbound, RejectReason, RoomStats, SessionId};
+pub use plaza_physics::RoomDefinition;
 
 use std::collections::{BTreeMap, VecDeque};
 
