@@ -53,7 +53,21 @@ pub struct NodeMetrics {
     pub directory_errors: Family<ReasonLabel, Counter>,
     /// Consent audit records appended durably.
     pub audit_appended: Counter,
+    /// Who-is-who events of the rooms, by kind ([`PEOPLE_EVENTS`]; never ids).
+    pub people_events: Family<EventLabel, Counter>,
 }
+
+/// Kinds of [`NodeMetrics::people_events`], pre-created so dashboards see zero series:
+/// server-made teleports, roster updates sent, blocks and unblocks that changed something, and
+/// profile announcements by dedup outcome.
+pub const PEOPLE_EVENTS: [&str; 6] = [
+    "teleport",
+    "roster_update",
+    "block_change",
+    "profile_superseded",
+    "profile_merged",
+    "profile_stale",
+];
 
 /// Placement and lifecycle events, pre-created so dashboards see zero series.
 pub const PLACEMENT_EVENTS: [&str; 12] = [
@@ -99,6 +113,11 @@ impl Default for NodeMetrics {
                 reason: e.to_owned(),
             });
         }
+        for e in PEOPLE_EVENTS {
+            let _ = m.people_events.get_or_create(&EventLabel {
+                event: e.to_owned(),
+            });
+        }
         m
     }
 }
@@ -119,6 +138,7 @@ impl NodeMetrics {
             placement_events: Family::default(),
             directory_errors: Family::default(),
             audit_appended: Counter::default(),
+            people_events: Family::default(),
         }
     }
 
@@ -176,6 +196,11 @@ impl NodeMetrics {
             "audit_records",
             "Consent audit records appended durably",
             self.audit_appended.clone(),
+        );
+        r.register(
+            "room_people_events",
+            "Teleports, roster updates, block changes and profile announcements, by kind",
+            self.people_events.clone(),
         );
         r.register(
             "directory_errors",

@@ -970,6 +970,27 @@ impl RoomState {
                     .inc_by(d);
             }
         }
+        for (kind, now, before) in [
+            ("teleport", s.teleports, e.teleports),
+            ("roster_update", s.roster_updates, e.roster_updates),
+            ("block_change", s.block_changes, e.block_changes),
+            (
+                "profile_superseded",
+                s.profiles_superseded,
+                e.profiles_superseded,
+            ),
+            ("profile_merged", s.profiles_merged, e.profiles_merged),
+            ("profile_stale", s.profiles_stale, e.profiles_stale),
+        ] {
+            if now > before {
+                self.metrics
+                    .people_events
+                    .get_or_create(&crate::metrics::EventLabel {
+                        event: kind.to_owned(),
+                    })
+                    .inc_by(now - before);
+            }
+        }
         *e = s.clone();
     }
 }

@@ -449,6 +449,23 @@ async fn roster_teleport_and_blocks_work_end_to_end_and_survive_a_drain() {
     .await;
     let log = c.directory.audit_read(ROOM, 0, 100).await.unwrap();
     assert!(log.iter().any(|r| r.kind == "block.removed"), "{log:?}");
+    // The room's node counts what happened by kind (no ids in the labels).
+    let host = c.placements(&[ROOM.to_owned()]).await[ROOM].clone();
+    let n = c.node_index(&host).expect("one of ours");
+    let metrics = plaza_tests::scrape_metrics(c.nodes[n].admin).await.unwrap();
+    let count = |kind: &str| -> f64 {
+        let key = format!("plaza_room_people_events_total{{event=\"{kind}\"}} ");
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix(&key))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0.0)
+    };
+    assert!(count("teleport") >= 1.0, "{metrics}");
+    assert!(
+        count("block_change") >= 1.0 && count("roster_update") >= 1.0,
+        "{metrics}"
+    );
     a.close().await;
     b.close().await;
     w.close().await;
