@@ -172,15 +172,7 @@ impl Proc {
 
     /// Sends signal `sig` (`TERM`, `STOP`, `CONT`, …) with `kill -SIG`.
     pub fn signal(&self, sig: &str) -> Result<(), String> {
-        let st = Command::new("kill")
-            .args([&format!("-{sig}"), &self.child.id().to_string()])
-            .status()
-            .map_err(|e| format!("kill -{sig}: {e}"))?;
-        if st.success() {
-            Ok(())
-        } else {
-            Err(format!("kill -{sig} exited with {st}"))
-        }
+        signal_pid(self.child.id(), sig)
     }
 
     /// Waits (bounded) for the process to exit.
@@ -402,6 +394,45 @@ impl Cluster {
     }
 }
 
+/// Sends one inline command (`FLUSHALL`, `INFO server`, …) to the Redis server on loopback
+/// `port` on a fresh connection and returns its reply as text (bounded: 5 s).
+pub async fn redis_command(port: u16, command: &str) -> anyhow::Result<String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let io = async {
+        let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
+        s.write_all(format!("{command}\r\n").as_bytes()).await?;
+        let mut buf = vec![0u8; 16 * 1024];
+        let n = s.read(&mut buf).await?;
+        anyhow::Ok(String::from_utf8_lossy(&buf[..n]).into_owned())
+    };
+    tokio::time::timeout(Duration::from_secs(5), io)
+        .await
+        .map_err(|_| anyhow::anyhow!("redis {command:?}: no answer within 5 s"))?
+}
+
+/// The process id of the Redis server on loopback `port` (from `INFO server`), for
+/// SIGSTOP / SIGCONT.
+pub async fn redis_pid(port: u16) -> anyhow::Result<u32> {
+    let info = redis_command(port, "INFO server").await?;
+    info.lines()
+        .find_map(|l| l.strip_prefix("process_id:"))
+        .and_then(|v| v.trim().parse().ok())
+        .ok_or_else(|| anyhow::anyhow!("no process_id in INFO server: {info:?}"))
+}
+
+/// Sends signal `sig` (`STOP`, `CONT`, …) to process `pid` with `kill -SIG`.
+pub fn signal_pid(pid: u32, sig: &str) -> Result<(), String> {
+    let st = Command::new("kill")
+        .args([&format!("-{sig}"), &pid.to_string()])
+        .status()
+        .map_err(|e| format!("kill -{sig}: {e}"))?;
+    if st.success() {
+        Ok(())
+    } else {
+        Err(format!("kill -{sig} {pid} exited with {st}"))
+    }
+}
+
 /// The role of a process started with [`spawn`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Role {
@@ -600,6 +631,42 @@ pub fn assert_nothing_lost(report: &plaza_load::Report, logs: &[PathBuf]) -> Act
     assert_eq!(report.bots_lost, 0, "bots lost");
     let sum = check_single_activation(logs).unwrap();
     eprintln!("event logs: {sum:?}");
+    sum
+}
+
+/// The fault tests' common verdict on a load report (issue 11): [`assert_nothing_lost`], no
+/// session closed 4004 (`rate_limited`), and the bots' ping RTT p99 under 1 s through the fault
+/// (the session never stops answering). Prints resume and RTT figures; returns the summary.
+pub fn assert_fault_held(
+    fault: &str,
+    report: &plaza_load::Report,
+    logs: &[PathBuf],
+) -> ActivationSummary {
+    eprintln!(
+        "{fault}: lost {} resumes {} (in session {}) resume_ms p50 {:.0} p99 {:.0} max {:.0}; \
+         ping rtt p50 {:.0} p99 {:.0} max {:.0} ms",
+        report.bots_lost,
+        report.resumes,
+        report.resumes_in_session,
+        report.resume_ms.p50,
+        report.resume_ms.p99,
+        report.resume_ms.max,
+        report.rtt_ms.p50,
+        report.rtt_ms.p99,
+        report.rtt_ms.max
+    );
+    let sum = assert_nothing_lost(report, logs);
+    assert!(
+        !report.close_codes.0.contains_key("4004"),
+        "{fault}: a session was closed rate_limited: {:?}",
+        report.close_codes
+    );
+    assert!(
+        report.rtt_ms.p99 < 1_000.0,
+        "{fault}: ping RTT p99 {:.0} ms (max {:.0})",
+        report.rtt_ms.p99,
+        report.rtt_ms.max
+    );
     sum
 }
 

@@ -3,15 +3,17 @@
 //! snapshot in the directory, stops its rooms and exits once empty; the gateway moves every
 //! session to the rooms' next activations without a client disconnect. Two test clients in a
 //! room of the drained node hold a prop and hands before the drain: after it, on another node,
-//! the prop is still held by the same avatar and the hand-hold is still active.
+//! the prop is still held by the same avatar and the hand-hold is still active. No bot is lost,
+//! no session is closed 4004, and the bots' ping RTT p99 stays under 1 s.
+//!
+//! Run on the shipped defaults and as an extra fast variant (lease TTL 2 s).
 
 use std::time::Duration;
 
 use plaza_proto::pb::{self, InteractionKind};
-use plaza_tests::cluster::{Cluster, ClusterOpts, check_single_activation, wait_until};
+use plaza_tests::cluster::{Cluster, ClusterOpts, assert_fault_held, wait_until};
 use plaza_tests::{Client, consent, consent_state, interaction, wait_event, walk, walk_from};
 
-const STATE_ROOM: &str = "dr-state";
 
 /// Pumps both clients (they must stay connected) until `done` holds or `timeout` passes.
 async fn pump_both_until(
@@ -37,20 +39,31 @@ async fn pump_both_until(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_draining_node_hands_its_rooms_off_without_disconnects() {
-    let mut c = Cluster::start(ClusterOpts::fast()).await.unwrap();
+    drain(ClusterOpts::default(), "dr-").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_draining_node_hands_its_rooms_off_without_disconnects_fast() {
+    drain(ClusterOpts::fast(), "dq-").await;
+}
+
+async fn drain(opts: ClusterOpts, prefix: &str) {
+    let state_room = format!("{prefix}state");
+    let state_room = state_room.as_str();
+    let mut c = Cluster::start(opts).await.unwrap();
     let ttl = Duration::from_millis(c.opts().lease_ttl_ms);
-    let cfg = c.load_config(60, 6, "dr-", 24);
+    let cfg = c.load_config(60, 6, prefix, 24);
     let (bots, rooms) = (cfg.bots, cfg.rooms);
-    let room_ids: Vec<String> = (0..rooms).map(|i| format!("dr-{i}")).collect();
+    let room_ids: Vec<String> = (0..rooms).map(|i| format!("{prefix}{i}")).collect();
     let load = tokio::spawn(plaza_load::run(cfg));
     c.wait_all_online(bots).await;
 
     // a holds crate 1 and holds hands with b (active).
     let url = c.ws_url();
     let mut a = Client::connect(&url).await.unwrap();
-    let ea = a.join(STATE_ROOM).await.unwrap();
+    let ea = a.join(state_room).await.unwrap();
     let mut b = Client::connect(&url).await.unwrap();
-    let eb = b.join(STATE_ROOM).await.unwrap();
+    let eb = b.join(state_room).await.unwrap();
     let mut ta = 1.0;
     walk(&mut a, [5.0, 0.0, -8.0], &mut ta).await;
     walk_from(&mut a, [5.0, 0.0, -8.0], [5.0, 0.0, 3.6], &mut ta).await;
@@ -83,8 +96,8 @@ async fn a_draining_node_hands_its_rooms_off_without_disconnects() {
 
     // The victim is the node hosting the two clients' room.
     let by_node = c.presence_by_node().await.unwrap();
-    let state_node = c.placements(&[STATE_ROOM.to_owned()]).await;
-    let victim = state_node[STATE_ROOM].clone();
+    let state_node = c.placements(&[state_room.to_owned()]).await;
+    let victim = state_node[state_room].clone();
     // Bot sessions on it (a and b are not bots).
     let affected = by_node[&victim] - 2;
     let placed = c.placements(&room_ids).await;
@@ -198,8 +211,7 @@ async fn a_draining_node_hands_its_rooms_off_without_disconnects() {
     assert_eq!(report.resumes, report.resumes_in_session, "{report:?}");
     assert!(report.resumes_in_session as usize >= affected);
 
-    let sum = check_single_activation(&c.event_logs()).unwrap();
-    eprintln!("event logs: {sum:?}");
+    let sum = assert_fault_held("drain", &report, &c.event_logs());
     assert!(
         sum.handoffs_taken >= moved_rooms.len(),
         "every moved room took its handoff snapshot: {sum:?}"

@@ -4,23 +4,32 @@
 //! before their leases can lapse, give up after a TTL, and the gateway (which still reaches
 //! Redis) moves their sessions to the rooms' next activations on the other nodes, in session,
 //! with the same entity. After the heal, the event logs show no two epochs of a room committing
-//! at once, and no bot is lost.
+//! at once, and no bot is lost, no session is closed 4004 and the bots' ping RTT p99 stays
+//! under 1 s.
+//!
+//! Run on the shipped defaults (lease TTL 10 s) and as an extra fast variant (lease TTL 2 s).
 
 use std::net::SocketAddr;
 use std::time::Duration;
 
 use plaza_tests::Client;
 use plaza_tests::blackhole::Blackhole;
-use plaza_tests::cluster::{Cluster, ClusterOpts, assert_nothing_lost};
+use plaza_tests::cluster::{Cluster, ClusterOpts, assert_fault_held};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_isolated_node_stops_committing_and_its_rooms_move() {
-    let mut c = Cluster::start(ClusterOpts {
-        nodes: 2,
-        ..ClusterOpts::fast()
-    })
-    .await
-    .unwrap();
+    partitioned(ClusterOpts::default(), "pt-").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_isolated_node_stops_committing_and_its_rooms_move_fast() {
+    partitioned(ClusterOpts::fast(), "pq-").await;
+}
+
+async fn partitioned(opts: ClusterOpts, prefix: &str) {
+    let mut c = Cluster::start(ClusterOpts { nodes: 2, ..opts })
+        .await
+        .unwrap();
     let redis: SocketAddr = ([127, 0, 0, 1], c.redis.port()).into();
     let link = Blackhole::start(redis).await.unwrap();
     let idx = c
@@ -28,7 +37,8 @@ async fn an_isolated_node_stops_committing_and_its_rooms_move() {
         .await
         .unwrap();
     let ttl = Duration::from_millis(c.opts().lease_ttl_ms);
-    let cfg = c.load_config(60, 6, "pt-", 20);
+    // The run outlasts the move bound (3 × TTL + 8 s) after the cut.
+    let cfg = c.load_config(60, 6, prefix, 3 * ttl.as_secs() + 14);
     let bots = cfg.bots;
     let load = tokio::spawn(plaza_load::run(cfg));
     c.wait_all_online(bots).await;
@@ -38,7 +48,7 @@ async fn an_isolated_node_stops_committing_and_its_rooms_move() {
     let url = c.ws_url();
     let mut found = None;
     for i in 0..40 {
-        let room = format!("pt-probe-{i}");
+        let room = format!("{prefix}probe-{i}");
         let mut probe = Client::connect(&url).await.unwrap();
         let entity = probe.join(&room).await.unwrap();
         let placed = c.placements(std::slice::from_ref(&room)).await;
@@ -62,6 +72,7 @@ async fn an_isolated_node_stops_committing_and_its_rooms_move() {
     eprintln!("cutting {victim_prefix}* from Redis; {on_victim} sessions there, probe in {room}");
 
     link.cut();
+    let cut = tokio::time::Instant::now();
     // The isolated node's rooms give up after their lease's safe window plus a TTL; the
     // gateway moves every session (the probe in its connection, same entity).
     let deadline = tokio::time::Instant::now() + ttl * 3 + Duration::from_secs(8);
@@ -85,6 +96,7 @@ async fn an_isolated_node_stops_committing_and_its_rooms_move() {
             c.nodes[idx].log_tail(30)
         );
     }
+    eprintln!("moved off the isolated node after {:?}", cut.elapsed());
     assert_eq!(probe.entity, entity, "same entity after the move");
     let placed = c.placements(std::slice::from_ref(&room)).await;
     assert!(
@@ -103,6 +115,6 @@ async fn an_isolated_node_stops_committing_and_its_rooms_move() {
     link.heal();
     probe.close().await;
     let report = load.await.unwrap().unwrap();
-    let sum = assert_nothing_lost(&report, &c.event_logs());
+    let sum = assert_fault_held("node-redis partition", &report, &c.event_logs());
     assert!(sum.rooms_with_several_epochs >= 1, "{sum:?}");
 }
