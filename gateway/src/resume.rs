@@ -108,6 +108,41 @@ impl ResumeStore {
         g.insert(token, (now, entry));
     }
 
+    /// Stores `entry` under `token` in the directory only (in the background; nothing without
+    /// a directory): the copy a live session keeps there while it is in a room, so a client
+    /// whose gateway is killed (no orderly [`Self::put`]) takes its session back through
+    /// another gateway. Refreshed by the session well within the TTL.
+    pub fn share(&self, token: &str, entry: &ResumeEntry) {
+        let (Some(dir), Ok(rt)) = (&self.directory, tokio::runtime::Handle::try_current()) else {
+            return;
+        };
+        let (dir, token, bytes) = (dir.clone(), token.to_owned(), encode_entry(entry));
+        let ttl_ms = self.ttl.as_millis().clamp(1, u128::from(u32::MAX)) as u64;
+        rt.spawn(async move {
+            if let Err(e) = dir.put_resume(&token, bytes, ttl_ms).await {
+                tracing::warn!(error = %e, "resume entry not shared");
+            }
+        });
+    }
+
+    /// Removes the directory copy of `token` (in the background): the session ended for good.
+    pub fn unshare(&self, token: &str) {
+        let (Some(dir), Ok(rt)) = (&self.directory, tokio::runtime::Handle::try_current()) else {
+            return;
+        };
+        let (dir, token) = (dir.clone(), token.to_owned());
+        rt.spawn(async move {
+            if let Err(e) = dir.take_resume(&token).await {
+                tracing::debug!(error = %e, "shared resume entry not removed");
+            }
+        });
+    }
+
+    /// How long an entry lives.
+    pub fn ttl(&self) -> Duration {
+        self.ttl
+    }
+
     /// Takes the entry of `token` if it has not expired.
     pub fn take(&self, token: &str) -> Option<ResumeEntry> {
         let (t, e) = self.entries.lock().remove(token)?;

@@ -98,7 +98,17 @@ pub enum PinError {
     /// room cannot move yet.
     #[error("the room's lease is live on the avoided node")]
     OwnerStalled,
+    /// The directory failed moments ago and answers again: an unplaced room is not placed yet,
+    /// so the activation that ran it (frozen while its lease was unconfirmed) can reclaim it in
+    /// place with its state, instead of a new, empty activation elsewhere.
+    #[error("the directory just came back; the room's owner gets the first claim")]
+    DirectoryReturning,
 }
+
+/// How long after a directory failure the router places no unplaced room (see
+/// [`PinError::DirectoryReturning`]): a frozen room retries its renewal every 250 ms, each try
+/// bounded by the directory's 2 s response timeout.
+pub const PLACE_GRACE_AFTER_DIRECTORY_ERROR: Duration = Duration::from_secs(3);
 
 /// Router messages.
 #[derive(Debug)]
@@ -149,6 +159,8 @@ pub struct RouterState {
     suspects: HashMap<String, Instant>,
     /// The node in this process, if any.
     local: Option<Arc<dyn LocalNode>>,
+    /// When a directory call of the router last failed.
+    directory_failed_at: Option<Instant>,
 }
 
 /// What the router starts with.
@@ -176,6 +188,7 @@ impl Actor for RouterActor {
             nodes: HashMap::new(),
             suspects: HashMap::new(),
             local: args.local,
+            directory_failed_at: None,
         })
     }
 
@@ -221,6 +234,19 @@ impl RouterState {
         room: &str,
         avoid: Option<&str>,
     ) -> Result<Route, PinError> {
+        let res = self.pin_inner(session, room, avoid).await;
+        if let Err(PinError::Directory(_)) = &res {
+            self.directory_failed_at = Some(Instant::now());
+        }
+        res
+    }
+
+    async fn pin_inner(
+        &mut self,
+        session: u64,
+        room: &str,
+        avoid: Option<&str>,
+    ) -> Result<Route, PinError> {
         let cached = self
             .placements
             .get(room)
@@ -247,6 +273,12 @@ impl RouterState {
                             Some(n) => n,
                             None => d.place(room).await.map_err(|_| PinError::NoNode)?,
                         }
+                    }
+                    None if self
+                        .directory_failed_at
+                        .is_some_and(|t| t.elapsed() < PLACE_GRACE_AFTER_DIRECTORY_ERROR) =>
+                    {
+                        return Err(PinError::DirectoryReturning);
                     }
                     None => self.place_unsuspected(room, avoid).await?,
                 };

@@ -128,6 +128,8 @@ struct Session {
     kick: Option<tokio::sync::oneshot::Receiver<()>>,
     /// This connection's registration in the session registry.
     registered: Option<(u64, u64)>,
+    /// The room and entity last shared as this session's resume entry, and when.
+    shared_entry: Option<(String, u32, Instant)>,
 }
 
 impl Session {
@@ -141,7 +143,41 @@ impl Session {
             attach: None,
             kick: None,
             registered: None,
+            shared_entry: None,
         }
+    }
+
+    /// While the session is in a room, keeps its resume entry in the directory (written when
+    /// the room or entity changes, refreshed every third of the resume TTL): a gateway killed
+    /// with SIGKILL writes nothing at the end, and its clients still resume elsewhere with the
+    /// same entity.
+    fn share_resume_entry(&mut self) {
+        let Some((room, entity)) = self.core.room() else {
+            return;
+        };
+        if entity == 0 || self.core.is_moving() {
+            return;
+        }
+        let now = Instant::now();
+        let refresh = self.shared.resume.ttl() / 3;
+        if self.shared_entry.as_ref().is_some_and(|(r, e, at)| {
+            r == room && *e == entity && now.duration_since(*at) < refresh
+        }) {
+            return;
+        }
+        let Some(ident) = self.core.identity() else {
+            return;
+        };
+        self.shared.resume.share(
+            &ident.resume_token,
+            &ResumeEntry {
+                session_id: ident.session_id,
+                wallet: ident.wallet.clone(),
+                room: Some(room.to_owned()),
+                entity,
+            },
+        );
+        self.shared_entry = Some((room.to_owned(), entity, now));
     }
 
     async fn run(&mut self, stream: &mut SplitStream<WebSocket>) -> CloseCode {
@@ -208,6 +244,7 @@ impl Session {
             if let Some(code) = self.apply(fx).await {
                 return code;
             }
+            self.share_resume_entry();
         }
     }
 
@@ -407,6 +444,9 @@ impl Session {
         self.shared.router.unpin(ident.session_id);
         let may_resume =
             matches!(code, CloseCode::Normal | CloseCode::GoingAway) && !self.core.is_leaving();
+        if !may_resume && self.shared_entry.is_some() {
+            self.shared.resume.unshare(&ident.resume_token);
+        }
         if may_resume {
             let room = self.core.room().map(|(r, e)| (r.to_owned(), e));
             self.shared.resume.put(

@@ -194,6 +194,8 @@ pub(crate) struct Bot {
     stop: watch::Receiver<bool>,
     /// The gateway going away asked for a reconnect after this delay (a roll's spread).
     reconnect_after: Option<Duration>,
+    /// Which of the run's gateway URLs the next connect uses (see `LoadConfig::gateway_url`).
+    gateway_idx: usize,
 }
 
 impl Bot {
@@ -210,6 +212,7 @@ impl Bot {
         let room_stats = shared.stats.room(&spec.room);
         let frame_no = rng.random_range(0..1000);
         let stop = shared.stop.clone();
+        let gateway_idx = spec.index;
         Self {
             rate: SendRate::new(shared.cfg.send_rate),
             last_sent: walker.pose(),
@@ -241,6 +244,7 @@ impl Bot {
             interact: Interact::default(),
             stop,
             reconnect_after: None,
+            gateway_idx,
         }
     }
 
@@ -273,6 +277,11 @@ impl Bot {
                         if let Some(t) = down_since.take() {
                             Counters::add(&stats.counters.resumes, 1);
                             stats.record(Metric::Resume, micros(now - t));
+                            stats
+                                .keyed
+                                .lock()
+                                .reconnect_times_unix_ms
+                                .push(unix_ms());
                         }
                     } else {
                         ever_joined = true;
@@ -299,6 +308,8 @@ impl Bot {
                         }
                         SessionEnd::Closed(_) | SessionEnd::Abrupt => {
                             down_since.get_or_insert_with(Instant::now);
+                            // Its gateway went away: come back through the next one.
+                            self.gateway_idx += 1;
                         }
                     }
                 }
@@ -313,6 +324,7 @@ impl Bot {
                         self.resume_token = None;
                     }
                     attempts += 1;
+                    self.gateway_idx += 1;
                     let give_up = if ever_joined {
                         !e.retryable() && !resuming
                     } else {
@@ -366,7 +378,7 @@ impl Bot {
             .clone()
             .map(tokio_tungstenite::Connector::Rustls);
         let connect = tokio_tungstenite::connect_async_tls_with_config(
-            cfg.gateway.as_str(),
+            cfg.gateway_url(self.gateway_idx),
             Some(ws_cfg),
             true,
             connector,

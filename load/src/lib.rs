@@ -51,6 +51,11 @@ pub const TICK_METRIC: &str = "plaza_room_tick_duration_seconds";
 pub struct LoadConfig {
     /// Gateway WebSocket URL, e.g. `ws://127.0.0.1:7777/v1/ws`.
     pub gateway: String,
+    /// Further gateway URLs (default none). With several, bot `i` starts at URL `i mod n` of
+    /// `[gateway, more_gateways..]`, and a bot whose connect fails or whose session ends
+    /// against its will goes to the next one (with its resume token): a killed or rolling
+    /// gateway's clients come back through the others.
+    pub more_gateways: Vec<String>,
     /// Number of bots.
     pub bots: usize,
     /// Number of rooms; bots go to `<room_prefix>0..rooms-1` round-robin.
@@ -89,6 +94,7 @@ impl LoadConfig {
     pub fn new(gateway: impl Into<String>, bots: usize) -> Self {
         Self {
             gateway: gateway.into(),
+            more_gateways: Vec::new(),
             bots,
             rooms: 1,
             room_prefix: "load-".into(),
@@ -104,6 +110,14 @@ impl LoadConfig {
             connect_timeout: Duration::from_secs(10),
             connect_attempts: 3,
             ca_certs: Vec::new(),
+        }
+    }
+
+    /// The `i`-th gateway URL, cycling over `[gateway, more_gateways..]`.
+    pub fn gateway_url(&self, i: usize) -> &str {
+        match i % (1 + self.more_gateways.len()) {
+            0 => &self.gateway,
+            k => &self.more_gateways[k - 1],
         }
     }
 
@@ -308,6 +322,11 @@ pub async fn run_with_stop(
         resume_ms: resume,
         resumes: Counters::get(&c.resumes),
         resumes_in_session: Counters::get(&c.resumes_in_session),
+        reconnect_times_unix_ms: {
+            let mut v = keyed.reconnect_times_unix_ms;
+            v.sort_unstable();
+            v
+        },
         keyframes_unrequested: Counters::get(&c.keyframes_unrequested),
         rejoins: Counters::get(&c.rejoins),
         close_codes: keyed.close_codes,

@@ -19,8 +19,10 @@ use plaza_load::{LoadConfig, Scenario};
 #[command(name = "plaza-load", version)]
 struct Args {
     /// Gateway WebSocket URL: `ws://` or `wss://` (TLS with the webpki roots and --ca-cert).
+    /// Repeat it for several gateways: bots are spread over them, and a bot whose gateway goes
+    /// away comes back through the next one with its resume token.
     #[arg(long, default_value = "ws://127.0.0.1:7777/v1/ws")]
-    gateway: String,
+    gateway: Vec<String>,
     /// Also trust the CA certificates in this PEM file for `wss://` (repeatable).
     #[arg(long = "ca-cert", value_name = "FILE")]
     ca_cert: Vec<PathBuf>,
@@ -128,7 +130,10 @@ fn main() -> anyhow::Result<()> {
         max_tick_p99_ms: args.max_tick_p99_ms,
         max_server_cpu_cores: args.max_server_cpu_cores,
     };
-    let mut cfg = LoadConfig::new(args.gateway, args.bots);
+    let mut gateways = args.gateway.into_iter();
+    let first = gateways.next().unwrap_or_else(|| "ws://127.0.0.1:7777/v1/ws".into());
+    let mut cfg = LoadConfig::new(first, args.bots);
+    cfg.more_gateways = gateways.collect();
     cfg.rooms = args.rooms;
     cfg.room_prefix = args.room_prefix;
     cfg.duration = args.duration;

@@ -115,6 +115,10 @@ pub struct Report {
     /// (a new `Joined` mid-session, e.g. after a node loss); `resume_ms` counts these from the
     /// last frame before the gap.
     pub resumes_in_session: u64,
+    /// When each resume by reconnect (not in session) went through, Unix ms, sorted: how a
+    /// gateway roll's reconnects spread over time.
+    #[serde(default)]
+    pub reconnect_times_unix_ms: Vec<u64>,
     /// Churner rejoins on the same connection.
     pub rejoins: u64,
     /// Close codes the server closed with ("1006": no close frame).

@@ -159,6 +159,8 @@ pub(crate) struct Keyed {
     pub(crate) events_by_kind: KeyedCounts,
     pub(crate) connect_errors: KeyedCounts,
     pub(crate) frame_errors: KeyedCounts,
+    /// When each reconnect with the resume token went through (Unix ms).
+    pub(crate) reconnect_times_unix_ms: Vec<u64>,
 }
 
 /// What the bots of one room recorded (the per-room breakdown of the report).

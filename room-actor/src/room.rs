@@ -211,8 +211,9 @@ pub struct RoomState {
     frozen: bool,
     /// Since when ticks are withheld because the lease's local deadline passed.
     withheld_since: Option<Instant>,
-    /// The placement lease's TTL: withheld this long, the store's lease has surely lapsed and
-    /// the room gives up (stops), so its sessions can move to whoever activates it next.
+    /// The placement lease's TTL: withheld this long, the store's lease has surely lapsed; a
+    /// room without sessions then gives up (stops), one with sessions after
+    /// `FROZEN_MAX_TTLS` TTLs (see `on_tick`).
     lease_ttl: Duration,
     /// The room gave up its lease; the actor stops after this tick.
     gave_up: bool,
@@ -223,6 +224,14 @@ pub struct RoomState {
     /// Operator state: mutes, tick and byte windows ([`admin`]).
     admin: admin::AdminSide,
 }
+
+/// A room whose lease is unconfirmed waits at most this many lease TTLs, frozen, before it
+/// gives up even with sessions attached (60 s with the shipped 10 s TTL: longer than the 30 s
+/// Redis outage the cluster must survive with its state).
+const FROZEN_MAX_TTLS: u32 = 6;
+
+/// How soon a failed lease renewal is tried again.
+const RENEW_RETRY: Duration = Duration::from_millis(250);
 
 /// What an outbound envelope is, for backpressure.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -509,14 +518,23 @@ impl RoomState {
             // until the writer renews the lease (or reclaims it) or finds it lost and stops us.
             // Inputs stay queued (bounded); missed steps are skipped as overruns.
             //
-            // Withheld for a whole TTL, the store's lease has lapsed: give up, so the sessions
-            // move to the room's next activation instead of waiting for the directory.
+            // Withheld for a whole TTL, the store's lease has lapsed. A room that still has
+            // sessions keeps waiting, frozen with its state: if only this node lost the
+            // directory, the gateways see the room silent and move the sessions to the next
+            // activation once the lease can have lapsed (then the room is left without links);
+            // if the directory is down for everyone (Redis paused or unreachable), nobody can
+            // run the room elsewhere, and it carries on in place, props and consents intact,
+            // when the writer renews or reclaims the lease. A room without sessions gives up
+            // after a TTL, and any room after `FROZEN_MAX_TTLS` TTLs (bounded memory).
             let since = *self.withheld_since.get_or_insert_with(|| {
                 tracing::warn!(room = %self.room_id, "lease not confirmed in time; ticks withheld");
                 self.metrics.placement("ticks_withheld");
                 Instant::now()
             });
-            if since.elapsed() >= self.lease_ttl {
+            let frozen = since.elapsed();
+            if (frozen >= self.lease_ttl && self.links.is_empty())
+                || frozen >= self.lease_ttl * FROZEN_MAX_TTLS
+            {
                 tracing::error!(room = %self.room_id, "lease not confirmed for a whole TTL; the room gives up");
                 self.metrics.placement("lease_lapsed");
                 self.gave_up = true;
@@ -1226,6 +1244,11 @@ fn spawn_directory_writer(
                         Err(e) => {
                             tracing::warn!(room = %room, error = %e, "lease renew failed");
                             metrics.directory_error(e.code());
+                            // Try again soon (each try is bounded by the directory's response
+                            // timeout): a directory that comes back finds this room's renewal
+                            // waiting, so the room resumes in place before anyone places it
+                            // elsewhere.
+                            renew.reset_after(period.min(RENEW_RETRY));
                         }
                     }
                     // Withheld or failed presence writes, now that the lease is confirmed. A

@@ -87,6 +87,8 @@ pub fn free_port() -> u16 {
 pub struct ClusterOpts {
     /// Room nodes to start.
     pub nodes: usize,
+    /// Gateways to start (default 1): [`Cluster::gateway`] and [`Cluster::more_gateways`].
+    pub gateways: usize,
     /// Placement lease TTL (also the node heartbeat TTL), ms.
     pub lease_ttl_ms: u64,
     /// Presence lease TTL, ms.
@@ -104,6 +106,7 @@ pub struct ClusterOpts {
 /// The shipped defaults of the timing knobs (`ops/plaza.example.toml`).
 const SHIPPED: ClusterOpts = ClusterOpts {
     nodes: 3,
+    gateways: 1,
     lease_ttl_ms: 10_000,
     presence_ttl_ms: 15_000,
     sweep_interval_ms: 5_000,
@@ -127,6 +130,7 @@ impl ClusterOpts {
     pub fn fast() -> Self {
         Self {
             nodes: 3,
+            gateways: 1,
             lease_ttl_ms: 2_000,
             presence_ttl_ms: 3_000,
             sweep_interval_ms: 1_000,
@@ -203,14 +207,16 @@ impl Drop for Proc {
     }
 }
 
-/// Redis + nodes + one gateway, as separate processes.
+/// Redis + nodes + gateways, as separate processes.
 pub struct Cluster {
     /// The Redis server (restart it empty with `redis.restart_empty()`).
     pub redis: RedisServer,
     /// Node processes, in start order.
     pub nodes: Vec<Proc>,
-    /// The gateway process.
+    /// The (first) gateway process, `gw`.
     pub gateway: Proc,
+    /// Further gateways (`gw2`, `gw3`, …) when [`ClusterOpts::gateways`] > 1.
+    pub more_gateways: Vec<Proc>,
     /// A directory client of the test itself.
     pub directory: SharedDirectory,
     /// Where logs go.
@@ -219,8 +225,8 @@ pub struct Cluster {
 }
 
 impl Cluster {
-    /// Starts Redis, `opts.nodes` nodes and a gateway, and waits until every node is
-    /// registered and the gateway is ready.
+    /// Starts Redis, `opts.nodes` nodes and `opts.gateways` gateways, and waits until every
+    /// node is registered and every gateway is ready.
     pub async fn start(opts: ClusterOpts) -> anyhow::Result<Self> {
         let bin = plaza_bin().map_err(anyhow::Error::msg)?;
         let redis = RedisServer::start().map_err(anyhow::Error::msg)?;
@@ -232,11 +238,18 @@ impl Cluster {
         std::fs::create_dir_all(&dir)?;
         let directory: SharedDirectory =
             Arc::new(RedisDirectory::connect(&redis.url(), now_ms()).await?);
-        let gateway = spawn(&bin, &opts, &redis.url(), &dir, "gw", Role::Gateway)?;
+        let gateway = spawn_ready(&bin, &opts, &redis.url(), &dir, "gw", Role::Gateway).await?;
+        let mut more_gateways = Vec::new();
+        for i in 2..=opts.gateways {
+            let name = format!("gw{i}");
+            more_gateways
+                .push(spawn_ready(&bin, &opts, &redis.url(), &dir, &name, Role::Gateway).await?);
+        }
         let mut c = Self {
             redis,
             nodes: Vec::new(),
             gateway,
+            more_gateways,
             directory,
             dir,
             opts,
@@ -244,8 +257,22 @@ impl Cluster {
         for _ in 0..c.opts.nodes {
             c.start_node().await?;
         }
-        c.wait_ready(&c.gateway).await?;
+        for g in std::iter::once(&c.gateway).chain(&c.more_gateways) {
+            wait_ready(g).await?;
+        }
         Ok(c)
+    }
+
+    /// Every gateway, the first one first.
+    pub fn gateways(&self) -> impl Iterator<Item = &Proc> {
+        std::iter::once(&self.gateway).chain(&self.more_gateways)
+    }
+
+    /// Every gateway's WebSocket URL, the first one first.
+    pub fn ws_urls(&self) -> Vec<String> {
+        self.gateways()
+            .map(|g| format!("ws://{}/v1/ws", g.ws.expect("a gateway has a client address")))
+            .collect()
     }
 
     /// Starts one more node; returns its index in [`Cluster::nodes`].
@@ -259,8 +286,7 @@ impl Cluster {
     pub async fn start_node_via(&mut self, redis_url: &str) -> anyhow::Result<usize> {
         let bin = plaza_bin().map_err(anyhow::Error::msg)?;
         let name = format!("n{}", self.nodes.len() + 1);
-        let p = spawn(&bin, &self.opts, redis_url, &self.dir, &name, Role::Node)?;
-        self.wait_ready(&p).await?;
+        let p = spawn_ready(&bin, &self.opts, redis_url, &self.dir, &name, Role::Node).await?;
         let prefix = format!("{name}.");
         let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
         loop {
@@ -277,22 +303,6 @@ impl Cluster {
         }
         self.nodes.push(p);
         Ok(self.nodes.len() - 1)
-    }
-
-    async fn wait_ready(&self, p: &Proc) -> anyhow::Result<()> {
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-        loop {
-            if let Ok((200, _)) = http_get(p.admin, "/readyz").await {
-                return Ok(());
-            }
-            anyhow::ensure!(
-                tokio::time::Instant::now() < deadline,
-                "{} never became ready:\n{}",
-                p.name,
-                p.log_tail(30)
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
     }
 
     /// The gateway's WebSocket URL.
@@ -352,10 +362,13 @@ impl Cluster {
                 .and_then(|v| v.parse().ok())
                 .unwrap_or(d)
         };
+        let mut urls = self.ws_urls().into_iter();
         let mut cfg = LoadConfig::new(
-            self.ws_url(),
+            urls.next().expect("the first gateway"),
             env("PLAZA_CLUSTER_BOTS", bots as u64) as usize,
         );
+        // Bots spread over every gateway and come back through the next one.
+        cfg.more_gateways = urls.collect();
         cfg.rooms = env("PLAZA_CLUSTER_ROOMS", rooms as u64) as usize;
         cfg.room_prefix = prefix.to_owned();
         cfg.duration = Duration::from_secs(env("PLAZA_CLUSTER_SECS", secs));
@@ -431,6 +444,54 @@ pub fn signal_pid(pid: u32, sig: &str) -> Result<(), String> {
     } else {
         Err(format!("kill -{sig} {pid} exited with {st}"))
     }
+}
+
+/// Waits (at most 30 s) until `p` answers `GET /readyz` with 200.
+async fn wait_ready(p: &Proc) -> anyhow::Result<()> {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Ok((200, _)) = http_get(p.admin, "/readyz").await {
+            return Ok(());
+        }
+        anyhow::ensure!(
+            tokio::time::Instant::now() < deadline,
+            "{} never became ready:\n{}",
+            p.name,
+            p.log_tail(30)
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// [`spawn`], retried (3 tries, fresh ports) when the process exits at once — e.g. a port
+/// [`free_port`] handed out was taken by a concurrent test before the process bound it. A
+/// node is waited for until ready; a gateway only until it is running (it is ready once a node
+/// is registered).
+async fn spawn_ready(
+    bin: &Path,
+    opts: &ClusterOpts,
+    redis: &str,
+    dir: &Path,
+    name: &str,
+    role: Role,
+) -> anyhow::Result<Proc> {
+    let mut last = None;
+    for _ in 0..3 {
+        let mut p = spawn(bin, opts, redis, dir, name, role)?;
+        let ready = match role {
+            Role::Node => wait_ready(&p).await,
+            Role::Gateway => match p.wait_exit(Duration::from_millis(500)).await {
+                None => Ok(()),
+                Some(st) => Err(anyhow::anyhow!("{name} exited with {st}:\n{}", p.log_tail(30))),
+            },
+        };
+        match ready {
+            Ok(()) => return Ok(p),
+            Err(e) if p.wait_exit(Duration::from_millis(1)).await.is_some() => last = Some(e),
+            Err(e) => return Err(e),
+        }
+    }
+    Err(last.unwrap_or_else(|| anyhow::anyhow!("{name} did not start")))
 }
 
 /// The role of a process started with [`spawn`].

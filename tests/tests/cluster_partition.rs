@@ -106,9 +106,11 @@ async fn partitioned(opts: ClusterOpts, prefix: &str) {
         "{room} re-placed: {placed:?}"
     );
     let log = std::fs::read_to_string(&c.nodes[idx].log).unwrap();
+    // Its rooms withheld their ticks (committed nothing once the lease could lapse); the
+    // gateway moved their sessions away (a room left without sessions then gives up).
     assert!(
-        log.contains("ticks withheld") && log.contains("the room gives up"),
-        "the isolated node withheld its ticks and gave its rooms up:\n{}",
+        log.contains("ticks withheld"),
+        "the isolated node withheld its ticks:\n{}",
         c.nodes[idx].log_tail(40)
     );
 

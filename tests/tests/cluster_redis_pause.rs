@@ -26,7 +26,7 @@ async fn a_redis_outage_of_30_s_keeps_every_session_and_the_room_state() {
     let ttl = Duration::from_millis(c.opts().lease_ttl_ms);
     let sweep = Duration::from_millis(c.opts().sweep_interval_ms);
     // The run lasts the outage plus the time to come back, with margin.
-    let cfg = c.load_config(60, 6, prefix, OUTAGE.as_secs() + 25);
+    let cfg = c.load_config(60, 6, prefix, OUTAGE.as_secs() + 15);
     let bots = cfg.bots;
     let load = tokio::spawn(plaza_load::run(cfg));
     c.wait_all_online(bots).await;
