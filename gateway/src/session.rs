@@ -497,7 +497,9 @@ async fn identify(shared: &Shared, neg: pb::Negotiate) -> Result<Identity, (Refu
                 return Ok(Identity {
                     session_id: entry.session_id,
                     wallet: entry.wallet,
-                    resume_token: neg.resume_token,
+                    // A fresh token: the presented one is used up (the session's live entry,
+                    // shared in the directory while it is in a room, is under the new one).
+                    resume_token: crate::resume::new_token(),
                     room: entry.room.map(|r| (r, entry.entity)),
                 });
             }
