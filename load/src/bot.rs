@@ -277,11 +277,7 @@ impl Bot {
                         if let Some(t) = down_since.take() {
                             Counters::add(&stats.counters.resumes, 1);
                             stats.record(Metric::Resume, micros(now - t));
-                            stats
-                                .keyed
-                                .lock()
-                                .reconnect_times_unix_ms
-                                .push(unix_ms());
+                            stats.keyed.lock().reconnect_times_unix_ms.push(unix_ms());
                         }
                     } else {
                         ever_joined = true;

@@ -131,7 +131,9 @@ fn main() -> anyhow::Result<()> {
         max_server_cpu_cores: args.max_server_cpu_cores,
     };
     let mut gateways = args.gateway.into_iter();
-    let first = gateways.next().unwrap_or_else(|| "ws://127.0.0.1:7777/v1/ws".into());
+    let first = gateways
+        .next()
+        .unwrap_or_else(|| "ws://127.0.0.1:7777/v1/ws".into());
     let mut cfg = LoadConfig::new(first, args.bots);
     cfg.more_gateways = gateways.collect();
     cfg.rooms = args.rooms;

@@ -271,7 +271,12 @@ impl Cluster {
     /// Every gateway's WebSocket URL, the first one first.
     pub fn ws_urls(&self) -> Vec<String> {
         self.gateways()
-            .map(|g| format!("ws://{}/v1/ws", g.ws.expect("a gateway has a client address")))
+            .map(|g| {
+                format!(
+                    "ws://{}/v1/ws",
+                    g.ws.expect("a gateway has a client address")
+                )
+            })
             .collect()
     }
 
@@ -482,7 +487,10 @@ async fn spawn_ready(
             Role::Node => wait_ready(&p).await,
             Role::Gateway => match p.wait_exit(Duration::from_millis(500)).await {
                 None => Ok(()),
-                Some(st) => Err(anyhow::anyhow!("{name} exited with {st}:\n{}", p.log_tail(30))),
+                Some(st) => Err(anyhow::anyhow!(
+                    "{name} exited with {st}:\n{}",
+                    p.log_tail(30)
+                )),
             },
         };
         match ready {

@@ -14,7 +14,6 @@ use plaza_proto::pb::{self, InteractionKind};
 use plaza_tests::cluster::{Cluster, ClusterOpts, assert_fault_held, wait_until};
 use plaza_tests::{Client, consent, consent_state, interaction, wait_event, walk, walk_from};
 
-
 /// Pumps both clients (they must stay connected) until `done` holds or `timeout` passes.
 async fn pump_both_until(
     a: &mut Client,

@@ -58,9 +58,15 @@ async fn a_redis_outage_of_30_s_keeps_every_session_and_the_room_state() {
     // (their sockets are read: pumped, not closed) throughout.
     while stopped.elapsed() < OUTAGE {
         let close = a.pump_for(Duration::from_millis(100)).await;
-        assert!(close.is_ok(), "a stays connected through the outage: {close:?}");
+        assert!(
+            close.is_ok(),
+            "a stays connected through the outage: {close:?}"
+        );
         let close = b.pump_for(Duration::from_millis(100)).await;
-        assert!(close.is_ok(), "b stays connected through the outage: {close:?}");
+        assert!(
+            close.is_ok(),
+            "b stays connected through the outage: {close:?}"
+        );
     }
     signal_pid(pid, "CONT").unwrap();
     let returned = tokio::time::Instant::now();
