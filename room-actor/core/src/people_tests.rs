@@ -493,3 +493,24 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn a_block_outlives_a_leave_and_a_rejoin_of_either_member() {
+    let (mut room, mut now, mut clients) = room_of(&["0xa", "0xb"], RoomConfig::default());
+    let b = room.entity_of(2).unwrap();
+    room.input(1, block(1, BlockOp::Block, b, ""));
+    steps(&mut room, &mut now, 3, &mut clients);
+    // Both leave; they come back as new sessions of the same wallets.
+    room.leave(1);
+    room.leave(2);
+    steps(&mut room, &mut now, 1, &mut clients);
+    room.join_member(11, "0xa".into(), 0);
+    room.join_member(12, "0xb".into(), 0);
+    steps(&mut room, &mut now, 5, &mut clients);
+    let (a2, b2) = (room.entity_of(11).unwrap(), room.entity_of(12).unwrap());
+    assert!(!clients.avatars(11).contains(&b2) && !clients.avatars(12).contains(&a2));
+    // A joiner of another wallet sees both.
+    room.join_member(13, "0xc".into(), 0);
+    steps(&mut room, &mut now, 5, &mut clients);
+    assert!(clients.avatars(13).contains(&a2) && clients.avatars(13).contains(&b2));
+}
