@@ -137,7 +137,9 @@ async fn a_room_that_cannot_renew_goes_quiet_before_its_lease_lapses_then_gives_
     faulty.fail("renew", true);
     let lapse_ms = plaza_room_actor::room::unix_ms() + lease_ttl.as_millis() as u64;
     let mut last_sent_ms = 0;
-    let ended = tokio::time::timeout(Duration::from_secs(10), async {
+    // A room with a session attached waits frozen for 6 TTLs before it gives up (a Redis
+    // outage for everyone must not cost the room its state): bounded here by 6 s + a TTL.
+    let ended = tokio::time::timeout(Duration::from_secs(15), async {
         while let Some(m) = rx.recv().await {
             if let Some(node_outbound::Body::ServerEnvelope(bytes)) = m.body {
                 let env = pb::ServerEnvelope::decode(bytes).unwrap();
