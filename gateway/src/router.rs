@@ -440,3 +440,44 @@ impl Router {
         self.actor.stop(None);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use plaza_directory::MemoryDirectory;
+    use plaza_directory::test_util::FaultyDirectory;
+    use plaza_directory::types::NodeInfo;
+
+    /// F3: right after the directory failed, an unplaced room is not placed (its frozen owner
+    /// reclaims it first); a placed room still routes, and after the grace placement resumes.
+    #[tokio::test]
+    async fn no_room_is_placed_right_after_a_directory_failure() {
+        let faulty = Arc::new(FaultyDirectory::new(Arc::new(MemoryDirectory::new())));
+        let dir: SharedDirectory = faulty.clone();
+        let node = NodeInfo {
+            id: "n1".into(),
+            addr: "127.0.0.1:1".into(),
+            load: 0,
+            draining: false,
+            heartbeat_until_ms: 0,
+        };
+        dir.register_node(node, 60_000).await.unwrap();
+        dir.claim("placed", "n1", 60_000).await.unwrap();
+        let router = Router::start(dir.clone()).await.unwrap();
+
+        faulty.fail("resolve", true);
+        let e = router.pin(1, "fresh", None).await.unwrap_err();
+        assert!(matches!(e, PinError::Directory(_)), "{e}");
+        faulty.fail("resolve", false);
+        let e = router.pin(1, "fresh", None).await.unwrap_err();
+        assert!(matches!(e, PinError::DirectoryReturning), "{e}");
+        // A room that has a placement is routed to it at once.
+        let r = router.pin(2, "placed", None).await.unwrap();
+        assert_eq!(r.node_id, "n1");
+
+        tokio::time::sleep(PLACE_GRACE_AFTER_DIRECTORY_ERROR).await;
+        let r = router.pin(1, "fresh", None).await.unwrap();
+        assert_eq!(r.node_id, "n1", "placed once the grace is over");
+        router.stop();
+    }
+}
