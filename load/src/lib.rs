@@ -283,6 +283,7 @@ pub async fn run_with_stop(
                 up_bytes_per_bot_per_s: rate(Counters::get(&r.up_bytes)),
                 snapshot_interval_ms: r.snapshot_interval(),
                 server_tick_p99_ms,
+                ..RoomReport::default()
             }
         })
         .collect();

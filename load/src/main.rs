@@ -56,6 +56,10 @@ struct Args {
     /// (gateway and nodes): the report lists each and their sum. Default: --metrics-url.
     #[arg(long = "server-metrics", value_name = "URL")]
     server_metrics: Vec<String>,
+    /// A node's admin base URL (`http://host:port`, repeatable): its `GET /v1/rooms` is read
+    /// one second before the run ends for each room's own tick p99 and bytes per client.
+    #[arg(long = "admin-url", value_name = "URL")]
+    admin_url: Vec<String>,
     /// Seed of all random choices.
     #[arg(long, default_value_t = 1)]
     seed: u64,
@@ -172,7 +176,29 @@ fn main() -> anyhow::Result<()> {
             (url, task)
         })
         .collect();
+    // The rooms' own view, read while the bots are still in them.
+    let admin_urls = args.admin_url.clone();
+    let views_at = args
+        .duration
+        .saturating_sub(Duration::from_secs(1))
+        .max(args.duration / 2);
+    let views = runtime.spawn(async move {
+        tokio::time::sleep(views_at).await;
+        let mut all = std::collections::BTreeMap::new();
+        for url in admin_urls {
+            match plaza_load::server::room_views(&url).await {
+                Ok(v) => all.extend(v),
+                Err(e) => eprintln!("warning: {e}; its rooms' tick p99 is not in the report"),
+            }
+        }
+        all
+    });
     let mut report = runtime.block_on(plaza_load::run_with_stop(cfg, stop))?;
+    if !args.admin_url.is_empty()
+        && let Ok(views) = runtime.block_on(views)
+    {
+        report.apply_room_views(&views);
+    }
     let _ = sampler_stop.send(true);
     for (url, task) in samplers {
         match runtime.block_on(task).ok().flatten() {

@@ -195,6 +195,23 @@ pub struct RoomReport {
     /// `--metrics-url` process, the same in every row; a server that labels its tick
     /// histogram with `room` gets its own value per row.
     pub server_tick_p99_ms: Option<f64>,
+    /// From the node's admin API (`--admin-url`, `GET /v1/rooms`) at the end of the run: the
+    /// node the room was live on.
+    #[serde(default)]
+    pub node: Option<String>,
+    /// From the admin API: the p99 of the room's own last 1,000 ticks (ms).
+    #[serde(default)]
+    pub room_tick_p99_ms: Option<f64>,
+    /// From the admin API: frame bytes the room encoded per member per second (last 10 s).
+    #[serde(default)]
+    pub room_bytes_per_client_per_s: Option<f64>,
+}
+
+impl RoomReport {
+    /// The tick p99 to show: the room's own when the admin API gave it, else the server's.
+    pub fn tick_p99_ms(&self) -> Option<f64> {
+        self.room_tick_p99_ms.or(self.server_tick_p99_ms)
+    }
 }
 
 /// The server's CPU and memory over a run, from the `process_cpu_seconds_total` and
@@ -363,6 +380,21 @@ pub struct WrittenFiles {
 }
 
 impl Report {
+    /// Fills each room's `node`, `room_tick_p99_ms` and `room_bytes_per_client_per_s` from
+    /// the nodes' admin views (`crate::server::room_views`, merged over the nodes).
+    pub fn apply_room_views(
+        &mut self,
+        views: &std::collections::BTreeMap<String, crate::server::RoomView>,
+    ) {
+        for r in &mut self.per_room {
+            if let Some(v) = views.get(&r.room) {
+                r.node = Some(v.node.clone()).filter(|n| !n.is_empty());
+                r.room_tick_p99_ms = v.tick_p99_ms;
+                r.room_bytes_per_client_per_s = v.bytes_per_client_per_s;
+            }
+        }
+    }
+
     /// Writes the JSON to `json_path`, the Markdown summary beside it (`<stem>.md`), and the PNG
     /// plots (`<stem>-<name>.png`). A failed plot is reported as an error after the JSON and the
     /// Markdown are written.
@@ -490,7 +522,7 @@ impl Report {
             let _ = writeln!(
                 s,
                 "\n## Rooms\n\n| room | bots | connected / failed / lost | down bytes / bot / s | \
-                 up bytes / bot / s | snapshot interval p99 (ms) | server tick p99 (ms) |\n\
+                 up bytes / bot / s | snapshot interval p99 (ms) | tick p99 (ms) |\n\
                  |---|---|---|---|---|---|---|"
             );
             for r in &self.per_room {
@@ -499,9 +531,11 @@ impl Report {
                 } else {
                     "-".into()
                 };
-                let tick = r
-                    .server_tick_p99_ms
-                    .map_or_else(|| "not scraped".into(), |t| format!("{t:.3}"));
+                let tick = match (r.room_tick_p99_ms, r.server_tick_p99_ms) {
+                    (Some(t), _) => format!("{t:.3}"),
+                    (None, Some(t)) => format!("{t:.3} (server)"),
+                    (None, None) => "not scraped".into(),
+                };
                 let _ = writeln!(
                     s,
                     "| {} | {} | {} / {} / {} | {:.0} | {:.0} | {snap} | {tick} |",
@@ -514,11 +548,15 @@ impl Report {
                     r.up_bytes_per_bot_per_s
                 );
             }
-            if self.per_room.iter().any(|r| r.server_tick_p99_ms.is_some()) {
+            if self
+                .per_room
+                .iter()
+                .any(|r| r.room_tick_p99_ms.is_none() && r.server_tick_p99_ms.is_some())
+            {
                 let _ = writeln!(
                     s,
-                    "\nServer tick p99: the tick histogram of the `--metrics-url` process over \
-                     all its rooms (it has no room label)."
+                    "\nTick p99 marked (server): the tick histogram of the `--metrics-url` process \
+                     over all its rooms (it has no room label); `--admin-url` gives each room's own."
                 );
             }
         }

@@ -61,3 +61,101 @@ pub async fn sample(
     out.rss_end_mib = r1;
     Some(out)
 }
+
+/// One room as a node's admin API (`GET /v1/rooms`) describes it.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct RoomView {
+    /// The node the room is live on.
+    pub node: String,
+    /// The p99 of the room's last 1,000 tick durations (ms).
+    pub tick_p99_ms: Option<f64>,
+    /// Frame bytes the room encoded over its last 10 s, per second, per member.
+    pub bytes_per_client_per_s: Option<f64>,
+}
+
+/// Errors of [`room_views`].
+#[derive(Debug, thiserror::Error)]
+pub enum RoomViewError {
+    /// The request failed.
+    #[error("{url}: {source}")]
+    Scrape {
+        /// The URL asked.
+        url: String,
+        /// Why.
+        source: prom::ScrapeError,
+    },
+    /// The answer is not the documented JSON.
+    #[error("{url}: not a rooms list: {why}")]
+    Body {
+        /// The URL asked.
+        url: String,
+        /// Why.
+        why: String,
+    },
+}
+
+/// The rooms a node serves, by room id, from its admin API: `admin` is the admin base URL
+/// (`http://host:port`), asked for `/v1/rooms` (no token: the admin API lets loopback callers
+/// in when none is configured).
+pub async fn room_views(
+    admin: &str,
+) -> Result<std::collections::BTreeMap<String, RoomView>, RoomViewError> {
+    let url = format!("{}/v1/rooms", admin.trim_end_matches('/'));
+    let body = prom::scrape(&url, Duration::from_secs(5))
+        .await
+        .map_err(|source| RoomViewError::Scrape {
+            url: url.clone(),
+            source,
+        })?;
+    parse_rooms(&body).map_err(|why| RoomViewError::Body { url, why })
+}
+
+fn parse_rooms(body: &str) -> Result<std::collections::BTreeMap<String, RoomView>, String> {
+    let v: serde_json::Value = serde_json::from_str(body).map_err(|e| e.to_string())?;
+    let rooms = v
+        .get("rooms")
+        .and_then(serde_json::Value::as_array)
+        .ok_or("no `rooms` array")?;
+    let mut out = std::collections::BTreeMap::new();
+    for r in rooms {
+        let id = r
+            .get("id")
+            .and_then(serde_json::Value::as_str)
+            .ok_or("a room without an `id`")?;
+        out.insert(
+            id.to_owned(),
+            RoomView {
+                node: r
+                    .get("node")
+                    .and_then(serde_json::Value::as_str)
+                    .unwrap_or_default()
+                    .to_owned(),
+                tick_p99_ms: r.get("tick_p99_ms").and_then(serde_json::Value::as_f64),
+                bytes_per_client_per_s: r
+                    .get("bytes_per_client_per_s")
+                    .and_then(serde_json::Value::as_f64),
+            },
+        );
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rooms_list_parses_and_junk_is_an_error() {
+        let body = r#"{"ok":true,"rooms":[{"id":"load-0","node":"n1.ab","epoch":"1.2",
+            "tick_p99_ms":1.25,"bytes_per_client_per_s":900.0},
+            {"id":"load-1","node":"n1.ab","tick_p99_ms":null}],"total":2}"#;
+        let rooms = parse_rooms(body).unwrap();
+        assert_eq!(rooms["load-0"].tick_p99_ms, Some(1.25));
+        assert_eq!(rooms["load-0"].bytes_per_client_per_s, Some(900.0));
+        assert_eq!(rooms["load-1"].tick_p99_ms, None);
+        assert_eq!(rooms["load-1"].node, "n1.ab");
+        assert!(parse_rooms("[]").is_err());
+        assert!(parse_rooms("{\"rooms\":[{}]}").is_err());
+        assert!(parse_rooms("not json").is_err());
+    }
+}

@@ -1,6 +1,7 @@
 //! The load report against the real server: `plaza-load`'s per-room breakdown adds up to its
-//! totals, every room has its snapshot p99 and the server's tick p99, and the server's CPU and
-//! RSS come from the live `/metrics` process metrics.
+//! totals, every room has its snapshot p99, the server's tick p99 and (from the node's admin
+//! `GET /v1/rooms`) its own tick p99, and the server's CPU and RSS come from the live
+//! `/metrics` process metrics.
 
 use std::time::Duration;
 
@@ -18,8 +19,16 @@ async fn the_report_breaks_the_run_down_by_room_with_the_server_process() {
     cfg.metrics_url = Some(metrics.clone());
     let (stop, stop_rx) = tokio::sync::watch::channel(false);
     let sampler = tokio::spawn(plaza_load::server::sample(metrics.clone(), stop_rx));
+    let admin = format!("http://{}", plaza.admin_addr());
+    let views = tokio::spawn(async move {
+        // While the bots are in their rooms (the run lasts 4 s).
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        plaza_load::server::room_views(&admin).await
+    });
     let mut report = plaza_load::run(cfg).await.unwrap();
     stop.send(true).unwrap();
+    let views = views.await.unwrap().expect("GET /v1/rooms");
+    report.apply_room_views(&views);
     let server = sampler
         .await
         .unwrap()
@@ -46,6 +55,13 @@ async fn the_report_breaks_the_run_down_by_room_with_the_server_process() {
         assert!(r.snapshot_interval_ms.p99 < 1_000.0, "{r:?}");
         assert!(r.down_bytes_per_bot_per_s > 0.0, "{r:?}");
         assert!(r.server_tick_p99_ms.is_some_and(|t| t > 0.0), "{r:?}");
+        // The room's own view from the node's admin API.
+        assert!(r.room_tick_p99_ms.is_some_and(|t| t > 0.0), "{r:?}");
+        assert!(r.node.is_some(), "{r:?}");
+        assert!(
+            r.room_bytes_per_client_per_s.is_some_and(|b| b > 0.0),
+            "{r:?}"
+        );
     }
     // The server is this test process: it used CPU and has resident memory.
     assert!(server.samples >= 3, "{server:?}");
