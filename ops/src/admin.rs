@@ -236,7 +236,11 @@ async fn require_token(
         return (
             StatusCode::UNAUTHORIZED,
             [(axum::http::header::WWW_AUTHENTICATE, "Bearer")],
-            Json(serde_json::json!({ "ok": false, "error": "unauthorized" })),
+            Json(serde_json::json!({
+                "ok": false,
+                "error": "unauthorized",
+                "message": "send Authorization: Bearer <admin.token>",
+            })),
         )
             .into_response();
     }
@@ -303,7 +307,11 @@ async fn peers(
     let Some(directory) = s.directory.get() else {
         return (
             StatusCode::SERVICE_UNAVAILABLE,
-            Json(serde_json::json!({ "ok": false, "error": "unavailable" })),
+            Json(serde_json::json!({
+                "ok": false,
+                "error": "unavailable",
+                "message": "the directory is not connected yet",
+            })),
         )
             .into_response();
     };
@@ -322,7 +330,11 @@ async fn peers(
         }
         Err(e) => (
             StatusCode::SERVICE_UNAVAILABLE,
-            Json(serde_json::json!({ "ok": false, "error": e.code() })),
+            Json(serde_json::json!({
+                "ok": false,
+                "error": e.code(),
+                "message": format!("the directory does not answer: {e}"),
+            })),
         )
             .into_response(),
     }

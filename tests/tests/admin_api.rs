@@ -457,6 +457,7 @@ async fn operator_calls_need_the_token_when_one_is_configured() {
                 (401, Some("unauthorized")),
                 "{method} {path} {token:?}"
             );
+            assert!(e["message"].is_string(), "{e}");
         }
     }
     let (st, _) = call(admin, "GET", "/v1/node", Some("s3cret-token"), None).await;
