@@ -441,6 +441,22 @@ pub fn interaction(
     })
 }
 
+/// Walks `c` (whose entity is `entity`) from its spawn to crate 1 of the default room and picks
+/// it up; asserts the room gave it to `c` and returns the pickup's prop event.
+pub async fn pick_up_crate_1(c: &mut Client, entity: u32, t: &mut f64) -> pb::PropEvent {
+    walk(c, [5.0, 0.0, -8.0], t).await;
+    walk_from(c, [5.0, 0.0, -8.0], [5.0, 0.0, 3.6], t).await;
+    c.send(interaction(pb::InteractionKind::Pickup, 1, [0.0; 3], ""))
+        .await
+        .unwrap();
+    let k = wait_event("pickup", c, |k| matches!(k, pb::event::Kind::Prop(_))).await;
+    let pb::event::Kind::Prop(p) = k else {
+        unreachable!()
+    };
+    assert_eq!((p.prop_id, p.holder_entity), (1, entity));
+    p
+}
+
 /// Places `c` at its spawn and walks it to `to` in plausible steps (≤ 0.8 m per 0.1 s).
 pub async fn walk(c: &mut Client, to: [f32; 3], t: &mut f64) {
     let from = c.spawn;

@@ -6,6 +6,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use plaza_proto::pb::{self, client_envelope};
+use plaza_tests::cluster::wait_until;
 use plaza_tests::{Client, start_plaza, test_config, ws_url};
 use serde_json::Value;
 
@@ -48,24 +49,6 @@ async fn get(addr: SocketAddr, path: &str) -> (u16, Value) {
 
 async fn post(addr: SocketAddr, path: &str, body: Option<&str>) -> (u16, Value) {
     call(addr, "POST", path, None, body).await
-}
-
-/// Polls `f` (an async check) every 50 ms for at most `within`.
-async fn until<F, Fut>(within: Duration, mut f: F) -> bool
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = bool>,
-{
-    let deadline = tokio::time::Instant::now() + within;
-    loop {
-        if f().await {
-            return true;
-        }
-        if tokio::time::Instant::now() >= deadline {
-            return false;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
 }
 
 /// Two clients in `room`, moved once so the room has their poses.
@@ -204,7 +187,7 @@ async fn kick_closes_that_session_with_4010() {
     // The other member stays; the kicked one leaves the room and the session list.
     b.pump_for(Duration::from_millis(200)).await.unwrap();
     assert!(
-        until(Duration::from_secs(5), || async {
+        wait_until(Duration::from_secs(5), || async {
             let (_, s) = get(admin, "/v1/sessions").await;
             let (_, r) = get(admin, "/v1/rooms/ops-kick").await;
             s["total"] == 1
@@ -213,6 +196,7 @@ async fn kick_closes_that_session_with_4010() {
                     .is_some_and(|m| m.len() == 1)
         })
         .await
+        .is_some()
     );
     let (st, e) = post(admin, &format!("/v1/sessions/{}/kick", a.session_id), None).await;
     assert_eq!((st, e["error"].as_str()), (404, Some("session_not_found")));
@@ -294,12 +278,13 @@ async fn close_tells_every_member_and_releases_presence() {
     let (mut a, mut b) = two_in(&ws_url(&plaza), "ops-close").await;
     let ids = format!("/v1/peers?ids={},{}", a.wallet, b.wallet);
     assert!(
-        until(Duration::from_secs(5), || async {
+        wait_until(Duration::from_secs(5), || async {
             get(admin, &ids).await.1["peers"]
                 .as_array()
                 .is_some_and(|p| p.len() == 2)
         })
-        .await,
+        .await
+        .is_some(),
         "both online first"
     );
     let (st, j) = post(admin, "/v1/rooms/ops-close/close", None).await;
@@ -317,12 +302,13 @@ async fn close_tells_every_member_and_releases_presence() {
     }
     // Presence released, the room gone; the sessions stay connected, in no room.
     assert!(
-        until(Duration::from_secs(5), || async {
+        wait_until(Duration::from_secs(5), || async {
             let (_, p) = get(admin, &ids).await;
             let (_, r) = get(admin, "/v1/rooms").await;
             p["peers"].as_array().is_some_and(Vec::is_empty) && r["total"] == 0
         })
-        .await,
+        .await
+        .is_some(),
         "presence released and room stopped"
     );
     let (_, s) = get(admin, "/v1/sessions").await;
@@ -348,11 +334,12 @@ async fn drain_empties_the_node_and_the_process_stays_up() {
     let (st, j) = post(admin, "/v1/node/drain", None).await;
     assert_eq!((st, j["started"].clone()), (202, true.into()), "{j}");
     assert!(
-        until(Duration::from_secs(10), || async {
+        wait_until(Duration::from_secs(10), || async {
             let (_, n) = get(admin, "/v1/node").await;
             n["node"]["draining"] == true && n["node"]["rooms"] == 0
         })
-        .await,
+        .await
+        .is_some(),
         "the node drains its rooms"
     );
     let (st, body) = plaza_tests::http_get(admin, "/readyz").await.unwrap();

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use plaza_proto::pb::{self, InteractionKind};
 use plaza_tests::cluster::{Cluster, ClusterOpts, assert_fault_held, wait_until};
-use plaza_tests::{Client, consent, consent_state, interaction, wait_event, walk, walk_from};
+use plaza_tests::{Client, consent, consent_state, interaction, pick_up_crate_1, wait_event};
 
 /// Pumps both clients (they must stay connected) until `done` holds or `timeout` passes.
 async fn pump_both_until(
@@ -63,17 +63,7 @@ async fn drain(opts: ClusterOpts, prefix: &str) {
     let ea = a.join(state_room).await.unwrap();
     let mut b = Client::connect(&url).await.unwrap();
     let eb = b.join(state_room).await.unwrap();
-    let mut ta = 1.0;
-    walk(&mut a, [5.0, 0.0, -8.0], &mut ta).await;
-    walk_from(&mut a, [5.0, 0.0, -8.0], [5.0, 0.0, 3.6], &mut ta).await;
-    a.send(interaction(InteractionKind::Pickup, 1, [0.0; 3], ""))
-        .await
-        .unwrap();
-    let k = wait_event("pickup", &mut a, |k| matches!(k, pb::event::Kind::Prop(_))).await;
-    let pb::event::Kind::Prop(p) = k else {
-        unreachable!()
-    };
-    assert_eq!((p.prop_id, p.holder_entity), (1, ea));
+    let p = pick_up_crate_1(&mut a, ea, &mut 1.0).await;
     let rev = p.revision;
     consent(&mut a, pb::ConsentOp::Request, "hand_hold", eb, 0).await;
     let k = wait_event("requested", &mut b, |k| {

@@ -14,7 +14,7 @@ use plaza_proto::pb::{self, InteractionKind};
 use plaza_tests::cluster::{
     Cluster, ClusterOpts, assert_fault_held, redis_pid, signal_pid, wait_until,
 };
-use plaza_tests::{Client, interaction, wait_event, walk, walk_from};
+use plaza_tests::{Client, interaction, pick_up_crate_1, wait_event};
 
 /// How long Redis is frozen.
 const OUTAGE: Duration = Duration::from_secs(30);
@@ -38,17 +38,7 @@ async fn a_redis_outage_of_30_s_keeps_every_session_and_the_room_state() {
     let ea = a.join(&state_room).await.unwrap();
     let mut b = Client::connect(&url).await.unwrap();
     b.join(&state_room).await.unwrap();
-    let mut ta = 1.0;
-    walk(&mut a, [5.0, 0.0, -8.0], &mut ta).await;
-    walk_from(&mut a, [5.0, 0.0, -8.0], [5.0, 0.0, 3.6], &mut ta).await;
-    a.send(interaction(InteractionKind::Pickup, 1, [0.0; 3], ""))
-        .await
-        .unwrap();
-    let k = wait_event("pickup", &mut a, |k| matches!(k, pb::event::Kind::Prop(_))).await;
-    let pb::event::Kind::Prop(p) = k else {
-        unreachable!()
-    };
-    assert_eq!((p.prop_id, p.holder_entity), (1, ea));
+    pick_up_crate_1(&mut a, ea, &mut 1.0).await;
 
     let pid = redis_pid(c.redis.port()).await.unwrap();
     signal_pid(pid, "STOP").unwrap();

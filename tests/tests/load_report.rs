@@ -21,9 +21,23 @@ async fn the_report_breaks_the_run_down_by_room_with_the_server_process() {
     let sampler = tokio::spawn(plaza_load::server::sample(metrics.clone(), stop_rx));
     let admin = format!("http://{}", plaza.admin_addr());
     let views = tokio::spawn(async move {
-        // While the bots are in their rooms (the run lasts 4 s).
-        tokio::time::sleep(Duration::from_secs(3)).await;
-        plaza_load::server::room_views(&admin).await
+        // While the bots are in their rooms (the run lasts 4 s): the first answer in which all
+        // three rooms have ticked and sent frames, else the last one.
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(4);
+        loop {
+            let v = plaza_load::server::room_views(&admin).await;
+            let whole = v.as_ref().is_ok_and(|m| {
+                m.len() == 3
+                    && m.values().all(|r| {
+                        r.tick_p99_ms.is_some_and(|t| t > 0.0)
+                            && r.bytes_per_client_per_s.is_some_and(|b| b > 0.0)
+                    })
+            });
+            if whole || tokio::time::Instant::now() >= deadline {
+                break v;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
     });
     let mut report = plaza_load::run(cfg).await.unwrap();
     stop.send(true).unwrap();

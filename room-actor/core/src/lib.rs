@@ -1117,4 +1117,6 @@ mod proptests;
 #[cfg(test)]
 mod teleport_tests;
 #[cfg(test)]
+mod test_support;
+#[cfg(test)]
 mod tests;

@@ -9,6 +9,7 @@ use proptest::prelude::*;
 use crate::consent::ConsentOp;
 use crate::events::{EventBody, Refusal};
 use crate::people::{BlockOp, RosterEntry};
+use crate::test_support::refusals;
 use crate::{Input, MoveInput, Outbound, Room, RoomConfig, SessionId};
 
 type Decoders = BTreeMap<SessionId, FrameDecoder>;
@@ -95,21 +96,6 @@ fn room_of(wallets: &[&str], cfg: RoomConfig) -> (Room, u64, Clients) {
     let mut now = 0;
     steps(&mut room, &mut now, 5, &mut clients);
     (room, now, clients)
-}
-
-fn rejected(out: &[Outbound]) -> Vec<(SessionId, u32, Refusal)> {
-    out.iter()
-        .filter_map(|o| match o {
-            Outbound::Event(e) => match e.body {
-                EventBody::Rejected {
-                    in_reply_to,
-                    reason,
-                } => Some((e.to[0], in_reply_to, reason)),
-                _ => None,
-            },
-            _ => None,
-        })
-        .collect()
 }
 
 fn audits(out: &[Outbound]) -> Vec<(String, String)> {
@@ -292,7 +278,7 @@ fn a_block_hides_both_members_from_each_other_and_refuses_their_consents() {
     room.input(3, req(11, a));
     let out = steps(&mut room, &mut now, 1, &mut clients);
     assert_eq!(
-        rejected(&out),
+        refusals(&out),
         vec![(2, 9, Refusal::Blocked), (1, 10, Refusal::Blocked)]
     );
     assert!(
@@ -336,7 +322,7 @@ fn bad_blocks_are_refused() {
     room.input(1, block(7, BlockOp::Unblock, 0, "0xb"));
     let out = steps(&mut room, &mut now, 1, &mut clients);
     assert_eq!(
-        rejected(&out),
+        refusals(&out),
         vec![
             (1, 1, Refusal::SelfTarget),
             (1, 2, Refusal::NoSuchTarget),
@@ -372,7 +358,7 @@ fn personal_space_hides_avatars_inside_it() {
         },
     );
     let out = steps(&mut room, &mut now, 3, &mut clients);
-    assert_eq!(rejected(&out), vec![(2, 2, Refusal::InvalidValue)]);
+    assert_eq!(refusals(&out), vec![(2, 2, Refusal::InvalidValue)]);
     assert!(
         !clients.avatars(1).contains(&b),
         "capped at 4 m, still covers B"

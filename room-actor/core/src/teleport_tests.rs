@@ -7,6 +7,7 @@ use plaza_proto::frame::FrameDecoder;
 use plaza_proto::quant::{ANIM_INSTANT, Pose};
 
 use crate::events::{EventBody, Refusal, TeleportCause};
+use crate::test_support::refusals;
 use crate::{Input, MoveInput, Outbound, RejectReason, Room, RoomConfig, SessionId};
 
 fn mv(seq: u32, p: [f32; 3], t: f64) -> Input {
@@ -128,21 +129,6 @@ fn corrections(out: &[Outbound]) -> Vec<(SessionId, RejectReason)> {
             Outbound::Correction {
                 session, reason, ..
             } => Some((*session, *reason)),
-            _ => None,
-        })
-        .collect()
-}
-
-fn refusals(out: &[Outbound]) -> Vec<(SessionId, u32, Refusal)> {
-    out.iter()
-        .filter_map(|o| match o {
-            Outbound::Event(e) => match e.body {
-                EventBody::Rejected {
-                    in_reply_to,
-                    reason,
-                } => Some((e.to[0], in_reply_to, reason)),
-                _ => None,
-            },
             _ => None,
         })
         .collect()

@@ -149,7 +149,9 @@ describe("PlazaClient against plaza up", () => {
     const prop = a.propList().filter((p) => p.record).map((p) => ({ id: p.propId, at: positionM(p.record!.pose) })).sort((x, y) => dist(x.at) - dist(y.at))[0]!;
     const goal = (dx: number): Vec3 => [prop.at[0] + dx, spawn[1], prop.at[2]];
     const walk = async (c: PlazaClient, to: Vec3) => {
-      let at = spawn;
+      // Each client is placed at its own spawn point (Joined.position), then walks.
+      const js = c.joined!.position!;
+      let at: Vec3 = [js.x, js.y, js.z];
       c.move({ ...zeroPose(), position: at }, { instant: true });
       for (;;) {
         await new Promise((r) => setTimeout(r, 50));
@@ -160,11 +162,14 @@ describe("PlazaClient against plaza up", () => {
         at = [at[0] + d[0] * k, at[1], at[2] + d[2] * k];
         c.move({ ...zeroPose(), position: at, velocity: [(d[0] * k) / 0.05, 0, (d[2] * k) / 0.05], movementKind: 1 });
       }
-      c.move({ ...zeroPose(), position: at });
+      // The stop, one movement period later (a move in the same millisecond is refused NON_POSITIVE_DT).
+      await new Promise((r) => setTimeout(r, 50));
+      const last = c.move({ ...zeroPose(), position: at });
+      // Until the room has applied the last move (the own state names it).
+      await until(() => (c.decoder.own()?.lastInputSeq ?? 0) >= last, 5_000, "the last move applied");
       return at;
     };
     const [feetA, feetB] = await Promise.all([walk(a, goal(-0.6)), walk(b, goal(0.6))]);
-    await new Promise((r) => setTimeout(r, 300));
     // Record both sides from here on, in arrival order.
     const t0 = performance.now();
     const record = (c: PlazaClient, feet: Vec3) => {
@@ -191,7 +196,8 @@ describe("PlazaClient against plaza up", () => {
     };
     const ra = record(a, feetA);
     const rb = record(b, feetB);
-    await new Promise((r) => setTimeout(r, 120));
+    const frames = (r: { entries: RecordedEntry[] }, after = -Infinity) => r.entries.filter((e) => e.kind === "frame" && e.t > after).length;
+    await until(() => frames(ra) >= 2 && frames(rb) >= 2, 5_000, "frames before the grab");
     // Both grab in the same instant; the server gives the prop to one of them.
     const now = performance.now() - t0;
     const seqA = a.interact(pb.InteractionKind.PICKUP, prop.id);
@@ -199,7 +205,7 @@ describe("PlazaClient against plaza up", () => {
     ra.entries.push({ t: now, kind: "grab", propId: prop.id, seq: seqA });
     rb.entries.push({ t: now, kind: "grab", propId: prop.id, seq: seqB });
     await until(() => a.propList().find((p) => p.propId === prop.id)!.holderEntity !== 0, 5_000, "the prop is held");
-    await new Promise((r) => setTimeout(r, 400));
+    await until(() => frames(ra, now) >= 6 && frames(rb, now) >= 6, 5_000, "frames after the grab");
     ra.stop();
     rb.stop();
     const holder = a.propList().find((p) => p.propId === prop.id)!.holderEntity;
