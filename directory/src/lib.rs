@@ -37,6 +37,8 @@
 //!   (a gateway stores one when a client's connection drops; any gateway takes it back).
 //!   Expired entries are invisible at once and deleted by [`Directory::sweep`] (memory) or by
 //!   Redis key expiry.
+//! - **One-time claims** ([`Directory::claim_once`]) are keys held for a TTL; the first claim
+//!   wins, later ones see `false` until the TTL lapses (then the key is free again).
 //! - **Time**: lease deadlines are absolute milliseconds of the *store's* clock (the injected
 //!   [`Clock`] in memory, Redis `TIME` in Redis), never the caller's wall clock.
 
@@ -224,6 +226,14 @@ pub trait Directory: Send + Sync + 'static {
     ) -> Result<(), DirectoryError>;
     /// Removes and returns the live entry of `token`; `None` if absent or expired.
     async fn take_resume(&self, token: &str) -> Result<Option<Vec<u8>>, DirectoryError>;
+
+    // === one-time claims (anti-replay shared by every gateway) ===
+
+    /// Claims `key` for `ttl_ms` of store time: `true` the first time (the key is now held),
+    /// `false` while an earlier claim is live. One atomic step on every backend (Redis
+    /// `SET key 1 NX PX ttl`), so two gateways racing on the same key see one `true`. Used for
+    /// the wallet-signature anti-replay cache: the key names a (wallet, timestamp) pair.
+    async fn claim_once(&self, key: &str, ttl_ms: u64) -> Result<bool, DirectoryError>;
 }
 
 /// Longest accepted id (wallet, room, node, kind) in bytes.

@@ -58,6 +58,8 @@ struct State {
     handoff: HashMap<String, (Epoch, Vec<u8>)>,
     /// token → (expiry in store ms, entry).
     resume: HashMap<String, (u64, Vec<u8>)>,
+    /// One-time claims: key → expiry in store ms.
+    once: HashMap<String, u64>,
 }
 
 impl MemoryDirectory {
@@ -510,6 +512,9 @@ impl Directory for MemoryDirectory {
         let before = st.resume.len();
         st.resume.retain(|_, (until, _)| *until > now);
         removed += (before - st.resume.len()) as u32;
+        let before = st.once.len();
+        st.once.retain(|_, until| *until > now);
+        removed += (before - st.once.len()) as u32;
         if removed > 0 {
             tracing::debug!(removed, "directory sweep");
         }
@@ -650,5 +655,19 @@ impl Directory for MemoryDirectory {
         let now = self.now_ms();
         let taken = self.state.lock().resume.remove(token);
         Ok(taken.and_then(|(until, e)| (until > now).then_some(e)))
+    }
+
+    async fn claim_once(&self, key: &str, ttl_ms: u64) -> Result<bool, DirectoryError> {
+        validate::id("claim key", key)?;
+        validate::ttl(ttl_ms)?;
+        let now = self.now_ms();
+        let mut st = self.state.lock();
+        match st.once.get(key) {
+            Some(until) if *until > now => Ok(false),
+            _ => {
+                st.once.insert(key.to_string(), now + ttl_ms);
+                Ok(true)
+            }
+        }
     }
 }

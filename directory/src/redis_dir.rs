@@ -36,7 +36,7 @@
 //! `Pplace:{room}` (hash), `Ppres` (zset wallet→until), `Pp:{wallet}`
 //! (hash), `Pents:{room}` (hash entity→wallet), `Proom:{room}` (set of wallets), `Pprofs`
 //! (zset wallet→at), `Pprof:{wallet}` (hash), `Paudit:{room}` (list of JSON records),
-//! `Phandoff:{room}` (hash), `Presume:{token}` (string with a Redis TTL). Scripts build keys from arguments, which standalone Redis allows.
+//! `Phandoff:{room}` (hash), `Presume:{token}` (string with a Redis TTL), `Ponce:{key}` (one-time claim, string with a Redis TTL). Scripts build keys from arguments, which standalone Redis allows.
 
 use std::time::Duration;
 
@@ -831,6 +831,16 @@ impl Directory for RedisDirectory {
             _ => Ok(None),
         }
     }
+
+    async fn claim_once(&self, key: &str, ttl_ms: u64) -> Result<bool, DirectoryError> {
+        validate::id("claim key", key)?;
+        validate::ttl(ttl_ms)?;
+        let ttl = ttl_ms.to_string();
+        let r = self
+            .run(&self.s.claim_once, &[key.as_bytes(), ttl.as_bytes()])
+            .await?;
+        Ok(string(&r, 0)? == "ok")
+    }
 }
 
 // === Lua ===
@@ -859,6 +869,7 @@ struct Scripts {
     take_handoff: Script,
     put_resume: Script,
     take_resume: Script,
+    claim_once: Script,
 }
 
 impl Scripts {
@@ -887,6 +898,7 @@ impl Scripts {
             take_handoff: s(TAKE_HANDOFF),
             put_resume: s(PUT_RESUME),
             take_resume: s(TAKE_RESUME),
+            claim_once: s(CLAIM_ONCE),
         }
     }
 }
@@ -1245,6 +1257,13 @@ local v = redis.call('GET', k)
 if not v then return {'none'} end
 redis.call('DEL', k)
 return {'ok', v}
+"#;
+
+/// ARGV: prefix, key, ttl ms. `SET NX PX`: the first claim wins; Redis expires the key.
+const CLAIM_ONCE: &str = r#"
+local ok = redis.call('SET', P .. 'once:' .. ARGV[2], '1', 'NX', 'PX', tonumber(ARGV[3]))
+if ok then return {'ok'} end
+return {'taken'}
 "#;
 
 const TAKE_HANDOFF: &str = r#"

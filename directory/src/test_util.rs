@@ -294,4 +294,5 @@ forward! {
     fn take_handoff(&self, room: &str) -> Option<(Epoch, Vec<u8>)>;
     fn put_resume(&self, token: &str, entry: Vec<u8>, ttl_ms: u64) -> ();
     fn take_resume(&self, token: &str) -> Option<Vec<u8>>;
+    fn claim_once(&self, key: &str, ttl_ms: u64) -> bool;
 }

@@ -19,7 +19,7 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
 /// Every operation label, in [`Directory`] order (pre-created so dashboards see zero series).
-pub const OPERATIONS: [&str; 24] = [
+pub const OPERATIONS: [&str; 25] = [
     "register_node",
     "deregister_node",
     "live_nodes",
@@ -44,6 +44,7 @@ pub const OPERATIONS: [&str; 24] = [
     "take_handoff",
     "put_resume",
     "take_resume",
+    "claim_once",
 ];
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -294,6 +295,9 @@ impl Directory for InstrumentedDirectory {
     }
     async fn take_resume(&self, token: &str) -> Result<Option<Vec<u8>>, DirectoryError> {
         self.time(23, self.inner.take_resume(token)).await
+    }
+    async fn claim_once(&self, key: &str, ttl_ms: u64) -> Result<bool, DirectoryError> {
+        self.time(24, self.inner.claim_once(key, ttl_ms)).await
     }
 }
 

@@ -538,4 +538,7 @@ impl Directory for Remote {
     async fn take_resume(&self, _token: &str) -> Result<Option<Vec<u8>>, DirectoryError> {
         Err(not_in_sim("take_resume"))
     }
+    async fn claim_once(&self, _key: &str, _ttl_ms: u64) -> Result<bool, DirectoryError> {
+        Err(not_in_sim("claim_once"))
+    }
 }

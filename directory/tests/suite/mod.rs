@@ -695,6 +695,41 @@ pub async fn resume_entries_taken_once_and_expire(env: &dyn Env) {
     assert!(d.put_resume("t", big, LONG).await.is_err());
 }
 
+pub async fn one_time_claims_first_wins_and_expire(env: &dyn Env) {
+    let d = env.dir();
+    assert!(d.claim_once("wallet:0xab:1000", LONG).await.unwrap());
+    assert!(!d.claim_once("wallet:0xab:1000", LONG).await.unwrap());
+    // Another key is independent.
+    assert!(d.claim_once("wallet:0xab:1001", LONG).await.unwrap());
+    // Concurrent claims of one key: exactly one wins.
+    let shared = env.shared();
+    let tasks: Vec<_> = (0..8)
+        .map(|_| {
+            let d = shared.clone();
+            tokio::spawn(async move { d.claim_once("wallet:0xcd:7", LONG).await })
+        })
+        .collect();
+    let mut wins = 0;
+    for t in tasks {
+        wins += usize::from(t.await.unwrap().unwrap());
+    }
+    assert_eq!(wins, 1);
+    // A lapsed claim frees the key (swept or expired by Redis).
+    assert!(d.claim_once("short", env.short_ttl()).await.unwrap());
+    env.elapse(env.short_ttl() + 1).await;
+    d.sweep().await.unwrap();
+    assert!(d.claim_once("short", LONG).await.unwrap());
+    assert!(!d.claim_once("short", LONG).await.unwrap());
+    // Bounds.
+    assert_eq!(d.claim_once("", LONG).await.unwrap_err().code(), "invalid");
+    assert_eq!(d.claim_once("k", 0).await.unwrap_err().code(), "invalid");
+    let long = "x".repeat(plaza_directory::MAX_ID_LEN + 1);
+    assert_eq!(
+        d.claim_once(&long, LONG).await.unwrap_err().code(),
+        "invalid"
+    );
+}
+
 pub async fn rejects_invalid_input(env: &dyn Env) {
     let d = env.dir();
     let inv = |r: Result<(), DirectoryError>| assert_eq!(r.unwrap_err().code(), "invalid");
@@ -793,6 +828,7 @@ macro_rules! all_suite_tests {
             audit_concurrent_appends,
             handoff_roundtrip,
             resume_entries_taken_once_and_expire,
+            one_time_claims_first_wins_and_expire,
             rejects_invalid_input,
             odd_ids_are_opaque,
         );
