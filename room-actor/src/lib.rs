@@ -18,6 +18,7 @@
 pub mod admin;
 pub mod handoff;
 pub mod metrics;
+pub mod record;
 pub mod room;
 pub mod service;
 pub mod supervisor;

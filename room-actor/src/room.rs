@@ -223,6 +223,8 @@ pub struct RoomState {
     last_logged_broadcast: Option<Instant>,
     /// Operator state: mutes, tick and byte windows ([`admin`]).
     admin: admin::AdminSide,
+    /// Test mode: authoritative poses per step (`PLAZA_RECORD_POSES`, [`crate::record`]).
+    poses: Option<crate::record::PoseRecorder>,
 }
 
 /// A room whose lease is unconfirmed waits at most this many lease TTLs, frozen, before it
@@ -343,6 +345,7 @@ impl Actor for RoomActor {
             events: args.events,
             last_logged_broadcast: None,
             admin: Default::default(),
+            poses: crate::record::PoseRecorder::from_env(),
         })
     }
 
@@ -672,6 +675,20 @@ impl RoomState {
             self.steps_done += 1;
             let now_ms = self.time_base_ms + (self.steps_done as f64 * step_ms) as u64;
             self.room.simulate(now_ms, &mut out);
+            if let Some(rec) = self.poses.as_mut() {
+                let room = &self.room;
+                rec.step(
+                    &self.room_id,
+                    room.tick(),
+                    now_ms,
+                    self.links
+                        .keys()
+                        .filter_map(|s| Some((room.entity_of(*s)?, room.pose_of(*s)?))),
+                );
+            }
+        }
+        if let Some(rec) = self.poses.as_mut() {
+            rec.flush();
         }
         let due_bcast = (elapsed_ms / bcast_ms) as u64;
         let broadcast = !force && due_bcast > self.broadcasts_done;
