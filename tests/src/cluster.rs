@@ -5,7 +5,8 @@
 //!
 //! The `plaza` binary belongs to another package (`plaza-ops`), so `CARGO_BIN_EXE_plaza` is not
 //! set for these tests. [`plaza_bin`] builds it once per test process with the `cargo` that runs
-//! the tests (`$CARGO build -p plaza-ops --bin plaza`, a no-op when it is up to date; with
+//! the tests (`$CARGO test --workspace --no-run --test cli`, which builds the bin for one of
+//! plaza-ops's own tests with the test run's features: a no-op when it is up to date; with
 //! `--release` when the tests are built in release) and uses `<target dir>/{debug,release}/plaza`;
 //! `PLAZA_BIN` overrides the path. This works on a clean checkout
 //! with `cargo test --workspace` or `cargo test -p plaza-tests`.
@@ -36,9 +37,14 @@ pub fn plaza_bin() -> Result<PathBuf, String> {
         let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
         let workspace = manifest.parent().ok_or("no workspace dir")?;
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        // Same profile as the tests themselves (`cargo test --release` → a release `plaza`).
+        // Same profile as the tests themselves (`cargo test --release` → a release `plaza`),
+        // and the same feature unification as `cargo test --workspace`: building the bin as a
+        // dependency of one of plaza-ops's own integration tests with `--workspace` reuses what
+        // the test run already compiled (a no-op under `cargo test --workspace`), where a
+        // `cargo build -p plaza-ops` would resolve other features (no dev-dependencies: tokio
+        // without `test-util`, …) and rebuild most of the dependency graph a second time.
         let release = !cfg!(debug_assertions);
-        let mut args = vec!["build", "-q", "-p", "plaza-ops", "--bin", "plaza"];
+        let mut args = vec!["test", "-q", "--workspace", "--no-run", "--test", "cli"];
         if release {
             args.push("--release");
         }
@@ -49,7 +55,7 @@ pub fn plaza_bin() -> Result<PathBuf, String> {
             .map_err(|e| format!("run cargo build: {e}"))?;
         if !out.status.success() {
             return Err(format!(
-                "cargo build -p plaza-ops failed:\n{}",
+                "cargo test --no-run --test cli (to build plaza) failed:\n{}",
                 String::from_utf8_lossy(&out.stderr)
             ));
         }
@@ -289,9 +295,32 @@ impl Cluster {
     /// Starts one more node that reaches Redis at `redis_url` (e.g. through a
     /// [`crate::blackhole::Blackhole`]); returns its index in [`Cluster::nodes`].
     pub async fn start_node_via(&mut self, redis_url: &str) -> anyhow::Result<usize> {
+        self.start_node_with(NodeSpawn {
+            redis_url: Some(redis_url.to_owned()),
+            ..NodeSpawn::default()
+        })
+        .await
+    }
+
+    /// Starts one more node as `how` says (its Redis URL, a fixed gRPC listen address and an
+    /// advertised one, extra environment, a wrapper command such as `faketime`); returns its
+    /// index in [`Cluster::nodes`].
+    pub async fn start_node_with(&mut self, how: NodeSpawn) -> anyhow::Result<usize> {
         let bin = plaza_bin().map_err(anyhow::Error::msg)?;
         let name = format!("n{}", self.nodes.len() + 1);
-        let p = spawn_ready(&bin, &self.opts, redis_url, &self.dir, &name, Role::Node).await?;
+        let redis_url = how.redis_url.clone().unwrap_or_else(|| self.redis.url());
+        let mut opts = self.opts.clone();
+        opts.env.extend(how.env.iter().cloned());
+        let p = spawn_ready_with(
+            &bin,
+            &opts,
+            &redis_url,
+            &self.dir,
+            &name,
+            Role::Node,
+            &how,
+        )
+        .await?;
         let prefix = format!("{name}.");
         let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
         loop {
@@ -480,9 +509,22 @@ async fn spawn_ready(
     name: &str,
     role: Role,
 ) -> anyhow::Result<Proc> {
+    spawn_ready_with(bin, opts, redis, dir, name, role, &NodeSpawn::default()).await
+}
+
+/// [`spawn_ready`] with the extras of `how`.
+async fn spawn_ready_with(
+    bin: &Path,
+    opts: &ClusterOpts,
+    redis: &str,
+    dir: &Path,
+    name: &str,
+    role: Role,
+    how: &NodeSpawn,
+) -> anyhow::Result<Proc> {
     let mut last = None;
     for _ in 0..3 {
-        let mut p = spawn(bin, opts, redis, dir, name, role)?;
+        let mut p = spawn_with(bin, opts, redis, dir, name, role, how)?;
         let ready = match role {
             Role::Node => wait_ready(&p).await,
             Role::Gateway => match p.wait_exit(Duration::from_millis(500)).await {
@@ -522,15 +564,57 @@ pub fn spawn(
     name: &str,
     role: Role,
 ) -> anyhow::Result<Proc> {
+    spawn_with(bin, opts, redis, dir, name, role, &NodeSpawn::default())
+}
+
+/// How [`Cluster::start_node_with`] starts a node, beyond the cluster's [`ClusterOpts`].
+#[derive(Clone, Debug, Default)]
+pub struct NodeSpawn {
+    /// Redis URL (default: the cluster's Redis).
+    pub redis_url: Option<String>,
+    /// The node's gRPC listen address (default `127.0.0.1:0`).
+    pub listen: Option<SocketAddr>,
+    /// The gRPC address the node registers for gateways to dial (`node.advertise`; default:
+    /// the bound listen address), e.g. a proxy in front of it.
+    pub advertise: Option<String>,
+    /// More environment variables of this node only.
+    pub env: Vec<(String, String)>,
+    /// A command the node runs under, e.g. `["faketime", "-f", "+2s"]`.
+    pub wrapper: Vec<String>,
+}
+
+/// [`spawn`] with the extras of `how` (nodes only; a gateway ignores them).
+fn spawn_with(
+    bin: &Path,
+    opts: &ClusterOpts,
+    redis: &str,
+    dir: &Path,
+    name: &str,
+    role: Role,
+    how: &NodeSpawn,
+) -> anyhow::Result<Proc> {
     let admin: SocketAddr = ([127, 0, 0, 1], free_port()).into();
     let log = dir.join(format!("{name}.log"));
     let out = std::fs::File::create(&log)?;
     let err = out.try_clone()?;
-    let mut cmd = Command::new(bin);
+    let mut cmd = match (role, how.wrapper.split_first()) {
+        (Role::Node, Some((first, rest))) => {
+            let mut c = Command::new(first);
+            c.args(rest).arg(bin);
+            c
+        }
+        _ => Command::new(bin),
+    };
     let (ws, event_log) = match role {
         Role::Node => {
             let ev = dir.join(format!("{name}.events"));
-            cmd.args(["node", "--listen", "127.0.0.1:0", "--node-id", name])
+            let listen = how
+                .listen
+                .map_or_else(|| "127.0.0.1:0".to_owned(), |a| a.to_string());
+            if let Some(adv) = &how.advertise {
+                cmd.env("PLAZA__NODE__ADVERTISE", adv);
+            }
+            cmd.args(["node", "--listen", &listen, "--node-id", name])
                 .arg("--event-log")
                 .arg(&ev);
             (None, Some(ev))

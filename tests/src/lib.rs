@@ -98,6 +98,8 @@ pub struct Client {
     /// `Joined` envelopes received: more than one means the gateway resumed the session into
     /// a new room activation inside the same connection.
     pub joins: u32,
+    /// `RoomStatus` envelopes received (the gateway's "room moving" / "room back").
+    pub room_statuses: Vec<pb::RoomStatus>,
 }
 
 impl Client {
@@ -130,6 +132,7 @@ impl Client {
             resyncs: 0,
             events: Vec::new(),
             joins: 0,
+            room_statuses: Vec::new(),
         }
     }
 
@@ -293,6 +296,9 @@ impl Client {
                         server_envelope::Body::Joined(j) => {
                             self.joins += 1;
                             self.entity = j.entity_id;
+                        }
+                        server_envelope::Body::RoomStatus(st) => {
+                            self.room_statuses.push(st.clone());
                         }
                         _ => {}
                     }
