@@ -311,16 +311,8 @@ impl Cluster {
         let redis_url = how.redis_url.clone().unwrap_or_else(|| self.redis.url());
         let mut opts = self.opts.clone();
         opts.env.extend(how.env.iter().cloned());
-        let p = spawn_ready_with(
-            &bin,
-            &opts,
-            &redis_url,
-            &self.dir,
-            &name,
-            Role::Node,
-            &how,
-        )
-        .await?;
+        let p =
+            spawn_ready_with(&bin, &opts, &redis_url, &self.dir, &name, Role::Node, &how).await?;
         let prefix = format!("{name}.");
         let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
         loop {
