@@ -90,6 +90,8 @@ pub struct Replica<B> {
     pub missing_reason: Option<MissingReason>,
     smoother: Smoother,
     teleport_next: bool,
+    /// The connection was lost: the next sample restarts the smoother (blended).
+    restart: bool,
     /// Offset from the restarted smoother to what was shown before a resume, decaying.
     carry: Option<(V3, f64, f64)>,
     shown: Option<V3>,
@@ -284,6 +286,7 @@ impl<B> ReplicaDirectory<B> {
                     self.resuming = true;
                     for e in self.entries.values_mut() {
                         e.stale_reason = Some(StaleReason::Disconnected);
+                        e.restart = true;
                     }
                 } else {
                     self.clear();
@@ -292,7 +295,9 @@ impl<B> ReplicaDirectory<B> {
             }
             Event::RoomMoving { .. } => {
                 for e in self.entries.values_mut() {
-                    e.stale_reason = Some(StaleReason::RoomMoving);
+                    if e.stale_reason.is_none() {
+                        e.stale_reason = Some(StaleReason::RoomMoving);
+                    }
                 }
             }
             Event::RoomBack { .. } => {
@@ -357,7 +362,9 @@ impl<B> ReplicaDirectory<B> {
         match self.entries.get_mut(&entity) {
             Some(e) if e.generation == rec.generation && e.kind == rec.kind => {
                 self.stats.upserts += 1;
-                let restarted = e.stale_reason == Some(StaleReason::Disconnected);
+                // The first sample of a resumed stream (a `RoomStatus` in between does not
+                // change that).
+                let restarted = std::mem::take(&mut e.restart);
                 e.source = source;
                 e.updated_at = now;
                 e.stale_reason = None;
@@ -424,6 +431,7 @@ impl<B> ReplicaDirectory<B> {
                         missing_reason: Some(MissingReason::NoBinding),
                         smoother,
                         teleport_next: false,
+                        restart: false,
                         carry: None,
                         shown: None,
                     },

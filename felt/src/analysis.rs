@@ -89,6 +89,32 @@ pub(crate) fn truth_at(path: &[TruePose], k: f64, ramp_ticks: f64) -> Option<[f6
     Some(std::array::from_fn(|j| a.p[j] + (b.p[j] - a.p[j]) * u))
 }
 
+/// The server's pose at room tick `k` exactly as it held it (the last change at or before `k`).
+pub(crate) fn held_at(path: &[TruePose], k: u64) -> Option<[f64; 3]> {
+    let i = path.partition_point(|t| t.tick <= k);
+    (i > 0).then(|| path[i - 1].p)
+}
+
+/// The broadcast path at tick `k` (fractional): the server's held pose at the ticks of the
+/// frames the observer got, joined by straight lines (a step at a teleport).
+pub(crate) fn broadcast_at(path: &[TruePose], frames: &[u64], k: f64) -> Option<[f64; 3]> {
+    let i = frames.partition_point(|&t| (t as f64) <= k);
+    if i == 0 {
+        return None;
+    }
+    let a_t = frames[i - 1];
+    let a = held_at(path, a_t)?;
+    let Some(&b_t) = frames.get(i) else {
+        return Some(a);
+    };
+    let b = held_at(path, b_t)?;
+    if dist(a, b) > TELEPORT_M || b_t == a_t {
+        return Some(a);
+    }
+    let u = ((k - a_t as f64) / (b_t - a_t) as f64).clamp(0.0, 1.0);
+    Some(std::array::from_fn(|j| a[j] + (b[j] - a[j]) * u))
+}
+
 /// Teleport ticks of a path.
 pub(crate) fn teleports(path: &[TruePose]) -> Vec<u64> {
     path.windows(2)
@@ -168,6 +194,9 @@ pub(crate) fn pct(v: &mut [f64]) -> Pct {
 pub(crate) struct Measured {
     /// Position errors, metres, with their local time.
     pub(crate) errors: Vec<(f64, f64)>,
+    /// Errors against the broadcast path (what the frames carried, joined by lines): what the
+    /// link and the smoothing add, without the server's sampling.
+    pub(crate) broadcast_errors: Vec<f64>,
     /// Non-teleport snaps (distance, gap, blend) not within 1 s of a true teleport.
     pub(crate) snaps_outside_teleport: u64,
     /// Teleport snaps.
@@ -193,6 +222,12 @@ pub(crate) fn measure(log: &ObserverLog, truth: &BTreeMap<u32, Vec<TruePose>>) -
         .map(|&(l, tick)| l - f64::from(tick) / hz)
         .fold(f64::INFINITY, f64::min);
     let offset = if offset.is_finite() { offset } else { 0.0 };
+    // FELT_DUMP=path: every compared pose as CSV (local_s, entity, render_t, error, error vs
+    // the broadcast path, x, z), for looking into a run.
+    let mut dump = std::env::var_os("FELT_DUMP").and_then(|p| std::fs::File::create(p).ok());
+    let mut frames: Vec<u64> = log.frames.iter().map(|&(_, t)| u64::from(t)).collect();
+    frames.sort_unstable();
+    frames.dedup();
     let mut by_entity: BTreeMap<u32, Vec<&crate::observer::Shown>> = BTreeMap::new();
     for s in &log.shown {
         by_entity.entry(s.entity).or_default().push(s);
@@ -207,7 +242,9 @@ pub(crate) fn measure(log: &ObserverLog, truth: &BTreeMap<u32, Vec<TruePose>>) -
         for s in shown {
             m.delays_ms.push((s.local_s - offset - s.render_t) * 1000.0);
             if let Some(p) = prev {
-                let d_snaps: Vec<u64> = (0..4).map(|i| s.snaps[i] - p.snaps[i]).collect();
+                let d_snaps: Vec<u64> = (0..4)
+                    .map(|i| s.snaps[i].saturating_sub(p.snaps[i]))
+                    .collect();
                 m.teleport_snaps += d_snaps[0];
                 let other: u64 = d_snaps[1..].iter().sum();
                 if other > 0 && !near_tp(s.render_t, 1.0) {
@@ -223,6 +260,24 @@ pub(crate) fn measure(log: &ObserverLog, truth: &BTreeMap<u32, Vec<TruePose>>) -
             }
             if let Some(t) = truth_at(path, s.render_t * hz, ramp) {
                 m.errors.push((s.local_s, dist(s.position, t)));
+            }
+            if let Some(t) = broadcast_at(path, &frames, s.render_t * hz) {
+                m.broadcast_errors.push(dist(s.position, t));
+                if let Some(d) = dump.as_mut() {
+                    use std::io::Write as _;
+                    let e = m.errors.last().map_or(0.0, |e| e.1);
+                    let _ = writeln!(
+                        d,
+                        "{},{},{},{},{},{},{}",
+                        s.local_s,
+                        entity,
+                        s.render_t,
+                        e,
+                        dist(s.position, t),
+                        s.position[0],
+                        s.position[2]
+                    );
+                }
             }
         }
         // Start / stop lag.

@@ -238,6 +238,7 @@ async fn main() -> anyhow::Result<()> {
     drop(server);
     let truth = analysis::read_truth(&truth_text, &args.room);
     let mut all_err = Vec::new();
+    let mut bcast_err = Vec::new();
     let mut lags = Vec::new();
     let mut delays = Vec::new();
     let mut snaps_out = 0;
@@ -248,6 +249,7 @@ async fn main() -> anyhow::Result<()> {
     for log in &logs {
         let m = analysis::measure(log, &truth);
         all_err.extend(m.errors.iter().map(|e| e.1));
+        bcast_err.extend(m.broadcast_errors);
         series.extend(m.errors.iter().copied());
         lags.extend(m.lags_ms);
         delays.extend(m.delays_ms);
@@ -283,6 +285,7 @@ async fn main() -> anyhow::Result<()> {
             "tick_hz": logs.first().map_or(50, |l| l.tick_hz),
         },
         "position_error_m": err,
+        "position_error_vs_broadcast_m": analysis::pct(&mut bcast_err),
         "snaps_outside_teleport": snaps_out,
         "teleports": teleports,
         "teleport_snaps": tp_snaps,

@@ -94,7 +94,9 @@ pub(crate) async fn walk(
                 if let Some(p) = k.position {
                     pos = [f64::from(p.x), f64::from(p.y), f64::from(p.z)];
                 }
+                // Blocked by geometry: stop, turn round, start again (a stop and a start).
                 heading += std::f64::consts::PI + rng.random_range(-0.5..0.5);
+                stopped_until = Some(Instant::now() + Duration::from_millis(600));
                 continue;
             }
             Polled::Event(Event::Teleported(t)) if t.entity_id == rep.entity => {
@@ -132,8 +134,9 @@ pub(crate) async fn walk(
                     }
                 }
             }
-            // Stay inside: turn towards the centre near the walls.
-            let margin = 4.0;
+            // Stay inside: near the walls, steer towards the centre at the walk's own rate
+            // (at most 0.3 rad per input), never an instant turn.
+            let margin = 8.0;
             if pos[0] < bmin[0] + margin
                 || pos[0] > bmax[0] - margin
                 || pos[2] < bmin[1] + margin
@@ -141,7 +144,12 @@ pub(crate) async fn walk(
             {
                 let cx = (bmin[0] + bmax[0]) / 2.0 - pos[0];
                 let cz = (bmin[1] + bmax[1]) / 2.0 - pos[2];
-                heading = cx.atan2(cz);
+                let want = cx.atan2(cz);
+                let mut d = (want - heading).rem_euclid(std::f64::consts::TAU);
+                if d > std::f64::consts::PI {
+                    d -= std::f64::consts::TAU;
+                }
+                heading += d.clamp(-0.3, 0.3);
             }
             if now >= next_teleport
                 && !dests.is_empty()
