@@ -10,6 +10,7 @@
 //! # Layout
 //! * [`session`]: one connection, end to end.
 //! * [`router`]: the router actor that owns session → node routes and node channels.
+//! * [`edge`]: the accept loop, the per-socket and per-address limits, TLS.
 //! * [`limits`], [`queue`]: the per-session limits and the bounded outbound queue.
 //! * [`auth`]: the authentication seam; [`resume`]: resume tokens.
 //! * [`session_core`]: the sans-I/O decisions of one session, which [`session`] executes.
@@ -19,6 +20,7 @@
 
 pub mod auth;
 pub mod close;
+pub mod edge;
 pub mod limits;
 pub mod metrics;
 pub mod queue;
@@ -35,18 +37,18 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use axum::Extension;
 use axum::Router as HttpRouter;
 use axum::extract::State;
 use axum::extract::ws::WebSocketUpgrade;
-use axum::response::IntoResponse;
 use axum::routing::get;
-use axum::serve::ListenerExt as _;
 use plaza_directory::SharedDirectory;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::auth::{Authenticator, DevAuthenticator};
+use crate::edge::{Conn, Edge, EdgeLimits, ServerTls, TlsFiles};
 use crate::limits::Limits;
 use crate::metrics::GatewayMetrics;
 use crate::resume::ResumeStore;
@@ -61,8 +63,13 @@ pub struct GatewayConfig {
     pub limits: Limits,
     /// How long a resume token stays valid after its connection dropped.
     pub resume_ttl: Duration,
-    /// Most connections open at once; beyond it new connections are refused with 503.
-    pub max_connections: usize,
+    /// Per-socket and per-address limits (connection cap, pre-auth caps, per-address session
+    /// and join caps, the descriptor reserve).
+    pub edge: EdgeLimits,
+    /// Serve `wss://` with this certificate and key (PEM files), re-read when they change.
+    pub tls: Option<TlsFiles>,
+    /// How often the TLS files are checked for a change.
+    pub tls_reload: Duration,
     /// Kernel send buffer per client socket (bytes); `None` leaves the OS default (autotuned,
     /// up to megabytes per socket).
     pub socket_send_buffer: Option<usize>,
@@ -74,7 +81,9 @@ impl Default for GatewayConfig {
             listen: ([127, 0, 0, 1], 7777).into(),
             limits: Limits::default(),
             resume_ttl: Duration::from_secs(30),
-            max_connections: 20_000,
+            edge: EdgeLimits::default(),
+            tls: None,
+            tls_reload: Duration::from_secs(10),
             socket_send_buffer: Some(64 * 1024),
         }
     }
@@ -94,6 +103,9 @@ pub enum GatewayError {
     /// The router actor could not start.
     #[error("router: {0}")]
     Router(#[from] router::PinError),
+    /// The TLS certificate or key could not be loaded.
+    #[error("gateway TLS: {0}")]
+    Tls(#[from] edge::TlsError),
 }
 
 /// What every session of a gateway shares.
@@ -104,7 +116,6 @@ pub(crate) struct Shared {
     pub(crate) metrics: GatewayMetrics,
     pub(crate) resume: ResumeStore,
     pub(crate) shutdown: watch::Receiver<bool>,
-    pub(crate) connections: Arc<tokio::sync::Semaphore>,
     pub(crate) sessions: sessions::Sessions,
 }
 
@@ -116,6 +127,8 @@ pub struct Gateway {
     router: Router,
     metrics: GatewayMetrics,
     sessions: sessions::Sessions,
+    edge: Arc<Edge>,
+    tls_watch: Option<JoinHandle<()>>,
 }
 
 impl Gateway {
@@ -158,6 +171,10 @@ impl Gateway {
             addr: cfg.listen,
             source,
         })?;
+        let tls = match &cfg.tls {
+            Some(files) => Some(ServerTls::load(files)?),
+            None => None,
+        };
         let router = Router::start_with(RouterArgs {
             directory: directory.clone(),
             local,
@@ -175,36 +192,31 @@ impl Gateway {
             // take its session back through any gateway.
             resume: ResumeStore::with_directory(
                 cfg.resume_ttl,
-                cfg.max_connections * 2,
+                cfg.edge.max_connections.saturating_mul(2),
                 directory.clone(),
             ),
             shutdown: shutdown_rx.clone(),
-            connections: Arc::new(tokio::sync::Semaphore::new(cfg.max_connections)),
         });
         let app = HttpRouter::new()
             .route("/v1/ws", get(ws_handler))
             .with_state(shared)
             .merge(viewer::router());
-        let mut stop = shutdown_rx;
-        let send_buffer = cfg.socket_send_buffer;
-        let server = tokio::spawn(async move {
-            // TCP_NODELAY: frames are small and latency-bound.
-            let listener = listener.tap_io(move |tcp| {
-                let _ = tcp.set_nodelay(true);
-                if let Some(n) = send_buffer {
-                    let _ = socket2::SockRef::from(&*tcp).set_send_buffer_size(n);
-                }
-            });
-            let res = axum::serve(listener, app)
-                .with_graceful_shutdown(async move {
-                    let _ = stop.wait_for(|s| *s).await;
-                })
-                .await;
-            if let Err(e) = res {
-                tracing::error!(error = %e, "gateway server stopped with an error");
-            }
-        });
-        tracing::info!(%addr, "gateway listening on /v1/ws");
+        let edge = Edge::new(cfg.edge.clone(), metrics.clone());
+        let tls_watch = tls.as_ref().map(|t| t.watch(cfg.tls_reload));
+        let scheme = if tls.is_some() { "wss" } else { "ws" };
+        let server = tokio::spawn(edge::serve_gateway(
+            edge::GatewayListener {
+                listener,
+                app,
+                edge: edge.clone(),
+                tls,
+                handshake_deadline: cfg.limits.handshake_deadline,
+                send_buffer: cfg.socket_send_buffer,
+                metrics: metrics.clone(),
+            },
+            shutdown_rx,
+        ));
+        tracing::info!(%addr, scheme, "gateway listening on /v1/ws");
         Ok(Self {
             addr,
             shutdown,
@@ -212,7 +224,14 @@ impl Gateway {
             router,
             metrics,
             sessions,
+            edge,
+            tls_watch,
         })
+    }
+
+    /// The edge's admission state (open and pre-auth sockets, the effective connection cap).
+    pub fn edge(&self) -> &Edge {
+        &self.edge
     }
 
     /// The session registry (the admin API lists and kicks sessions through it).
@@ -238,7 +257,15 @@ impl Gateway {
     /// Stops accepting, closes every session with going-away (1001), waits for them (bounded).
     pub async fn shutdown(self, grace: Duration) {
         let _ = self.shutdown.send(true);
-        let _ = tokio::time::timeout(grace, self.server).await;
+        let until = tokio::time::Instant::now() + grace;
+        let _ = tokio::time::timeout_at(until, self.server).await;
+        // Every socket (each session's) gives its slot back when it closes.
+        while self.edge.open() > 0 && tokio::time::Instant::now() < until {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        if let Some(t) = self.tls_watch {
+            t.abort();
+        }
         self.router.stop();
     }
 }
@@ -246,14 +273,8 @@ impl Gateway {
 async fn ws_handler(
     ws: WebSocketUpgrade,
     State(shared): State<Arc<Shared>>,
+    Extension(conn): Extension<Arc<Conn>>,
 ) -> axum::response::Response {
-    let Ok(permit) = shared.connections.clone().try_acquire_owned() else {
-        return (
-            axum::http::StatusCode::SERVICE_UNAVAILABLE,
-            "too many connections",
-        )
-            .into_response();
-    };
     let max = shared.limits.max_frame_bytes;
     // The WebSocket layer refuses frames past 4x the cap before allocating them; frames between
     // the cap and that are refused by the session. Both close with 1009.
@@ -262,8 +283,5 @@ async fn ws_handler(
     ws.max_message_size(max * 4)
         .max_frame_size(max * 4)
         .read_buffer_size(8 * 1024)
-        .on_upgrade(move |socket| async move {
-            session::run(socket, shared).await;
-            drop(permit);
-        })
+        .on_upgrade(move |socket| session::run(socket, shared, conn))
 }

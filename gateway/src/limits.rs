@@ -1,4 +1,5 @@
-//! Per-session limits: frame size, input rates, outbound queue, handshake deadline.
+//! Per-session limits: frame size, input rates, outbound queue, handshake deadline, idle time
+//! out of a room. The per-socket and per-address limits are in [`crate::edge`].
 
 use std::time::Duration;
 
@@ -15,8 +16,12 @@ pub struct Limits {
     pub events_per_s: u32,
     /// Burst allowance of the event bucket.
     pub events_burst: u32,
-    /// Time from connect to a valid negotiate.
+    /// Time from the socket's accept to a valid negotiate (TLS handshake, WebSocket upgrade
+    /// and negotiate all count; fixed at accept, so nothing the client sends extends it).
     pub handshake_deadline: Duration,
+    /// How long a negotiated session may stay in no room (never joined, or left) before it is
+    /// closed (4000, `idle_timeout`).
+    pub unjoined_idle: Duration,
     /// Frames queued towards one client before frames are dropped.
     pub outbound_queue: usize,
     /// Overflows of the outbound queue within `slow_window` that disconnect the client.
@@ -41,6 +46,7 @@ impl Default for Limits {
             events_per_s: 5,
             events_burst: 10,
             handshake_deadline: Duration::from_secs(5),
+            unjoined_idle: Duration::from_secs(30),
             outbound_queue: 64,
             slow_strikes: 3,
             slow_window: Duration::from_secs(10),

@@ -37,6 +37,14 @@ pub struct GatewayMetrics {
     pub resumes: Family<Label, Counter>,
     /// Time to resume a session after its room stream broke.
     pub resume_seconds: Histogram,
+    /// Sockets and sessions refused at the edge, by reason ([`crate::edge::EdgeRefusal`]).
+    pub edge_refusals: Family<Label, Counter>,
+    /// Sockets open now that have not negotiated.
+    pub edge_preauth: Gauge,
+    /// Sockets open now (every accepted socket).
+    pub edge_connections: Gauge,
+    /// Accepts that failed for lack of file descriptors (EMFILE/ENFILE).
+    pub accept_emfile: Counter,
 }
 
 /// Outcomes of resume events, pre-created so dashboards see zero series.
@@ -80,6 +88,11 @@ impl Default for GatewayMetrics {
                 reason: r.to_owned(),
             });
         }
+        for r in crate::edge::EdgeRefusal::ALL {
+            let _ = m.edge_refusals.get_or_create(&Label {
+                reason: r.name().to_owned(),
+            });
+        }
         m
     }
 }
@@ -96,6 +109,10 @@ impl GatewayMetrics {
             overflows: Counter::default(),
             resumes: Family::default(),
             resume_seconds: Histogram::new(exponential_buckets(0.01, 2.0, 14)),
+            edge_refusals: Family::default(),
+            edge_preauth: Gauge::default(),
+            edge_connections: Gauge::default(),
+            accept_emfile: Counter::default(),
         }
     }
 
@@ -143,6 +160,35 @@ impl GatewayMetrics {
             "Time to resume a session after its room stream broke",
             self.resume_seconds.clone(),
         );
+        r.register(
+            "edge_refusals",
+            "Sockets and sessions refused at the edge, by reason",
+            self.edge_refusals.clone(),
+        );
+        r.register(
+            "edge_preauth_connections",
+            "Client sockets open that have not negotiated yet",
+            self.edge_preauth.clone(),
+        );
+        r.register(
+            "edge_connections",
+            "Client sockets open (every accepted socket)",
+            self.edge_connections.clone(),
+        );
+        r.register(
+            "accept_fd_exhausted",
+            "Client accepts that failed for lack of file descriptors (EMFILE/ENFILE)",
+            self.accept_emfile.clone(),
+        );
+    }
+
+    /// Counts an edge refusal.
+    pub fn edge_refused(&self, reason: &str) {
+        self.edge_refusals
+            .get_or_create(&Label {
+                reason: reason.to_owned(),
+            })
+            .inc();
     }
 
     /// Counts a close.

@@ -31,6 +31,10 @@ pub enum Refusal {
     TooLarge,
     /// No valid `negotiate` within the handshake deadline.
     HandshakeTimeout,
+    /// A negotiated session that stayed in no room past `gateway.unjoined_idle_ms`.
+    IdleTimeout,
+    /// The client's address holds `gateway.max_sessions_per_ip` sessions already.
+    TooManySessions,
     /// Authentication failed.
     Auth,
     /// Inputs far over the session's rate.
@@ -71,7 +75,7 @@ pub enum Outcome {
 
 impl Refusal {
     /// Every refusal, for tests and docs.
-    pub const ALL: [Self; 20] = [
+    pub const ALL: [Self; 22] = [
         Self::UnsupportedVersion,
         Self::NotNegotiated,
         Self::AlreadyNegotiated,
@@ -79,6 +83,8 @@ impl Refusal {
         Self::BadFrame,
         Self::TooLarge,
         Self::HandshakeTimeout,
+        Self::IdleTimeout,
+        Self::TooManySessions,
         Self::Auth,
         Self::RateLimited,
         Self::AlreadyJoined,
@@ -140,6 +146,18 @@ impl Refusal {
                 Close(CloseCode::HandshakeTimeout),
                 false,
                 "no negotiate within the handshake deadline",
+            ),
+            Self::IdleTimeout => (
+                E::HandshakeTimeout,
+                Close(CloseCode::HandshakeTimeout),
+                true,
+                "no join within the idle deadline",
+            ),
+            Self::TooManySessions => (
+                E::RateLimited,
+                Close(CloseCode::RateLimited),
+                true,
+                "too many sessions from this address",
             ),
             Self::Auth => (
                 E::Auth,
@@ -235,6 +253,8 @@ impl Refusal {
             Self::BadFrame => "bad_frame",
             Self::TooLarge => "too_large",
             Self::HandshakeTimeout => "handshake_timeout",
+            Self::IdleTimeout => "idle_timeout",
+            Self::TooManySessions => "too_many_sessions",
             Self::Auth => "auth",
             Self::RateLimited => "rate_limited",
             Self::AlreadyJoined => "already_joined",
@@ -291,6 +311,8 @@ mod tests {
         assert_eq!(
             retryable,
             [
+                Refusal::IdleTimeout,
+                Refusal::TooManySessions,
                 Refusal::RoomMoving,
                 Refusal::RoomFull,
                 Refusal::RoomUnavailable,

@@ -26,6 +26,7 @@ use tracing::Instrument as _;
 
 use crate::Shared;
 use crate::close::CloseCode;
+use crate::edge::Conn;
 use crate::queue::{OutItem, OutQueue, Pushed};
 use crate::refusal::Refusal;
 use crate::resume::ResumeEntry;
@@ -44,12 +45,12 @@ const JOIN_DEADLINE: Duration = Duration::from_secs(10);
 const STALL_RETRY: Duration = Duration::from_millis(250);
 
 /// Runs one connection to its end.
-pub(crate) async fn run(socket: WebSocket, shared: Arc<Shared>) {
+pub(crate) async fn run(socket: WebSocket, shared: Arc<Shared>, conn: Arc<Conn>) {
     let (sink, mut stream) = socket.split();
     let queue = Arc::new(OutQueue::new(shared.limits.outbound_queue));
     let writer = tokio::spawn(writer(sink, queue.clone(), shared.clone()));
     shared.metrics.sessions.inc();
-    let mut s = Session::new(shared.clone(), queue.clone(), Instant::now());
+    let mut s = Session::new(shared.clone(), queue.clone(), conn);
     let span = tracing::info_span!("session", session_id = tracing::field::Empty);
     let code = s.run(&mut stream).instrument(span.clone()).await;
     if !matches!(code, CloseCode::Normal | CloseCode::GoingAway) {
@@ -130,11 +131,14 @@ struct Session {
     registered: Option<(u64, u64)>,
     /// The room and entity last shared as this session's resume entry, and when.
     shared_entry: Option<(String, u32, Instant)>,
+    /// The admitted socket: its handshake deadline, its address's session and join limits.
+    conn: Arc<Conn>,
 }
 
 impl Session {
-    fn new(shared: Arc<Shared>, queue: Arc<OutQueue>, now: Instant) -> Self {
-        let core = SessionCore::new(shared.limits.clone(), now);
+    fn new(shared: Arc<Shared>, queue: Arc<OutQueue>, conn: Arc<Conn>) -> Self {
+        // The handshake deadline counts from the socket's accept, not from the upgrade.
+        let core = SessionCore::new(shared.limits.clone(), conn.accepted());
         Self {
             shared,
             queue,
@@ -144,6 +148,7 @@ impl Session {
             kick: None,
             registered: None,
             shared_entry: None,
+            conn,
         }
     }
 
@@ -341,7 +346,18 @@ impl Session {
                     self.send_to_node(node_inbound::Body::KeyframeNeeded(node::KeyframeNeeded {}));
                 }
                 Effect::Authenticate(neg) => {
-                    let ident = identify(&self.shared, neg).await;
+                    // Authentication is inside the handshake deadline too.
+                    let deadline = self.conn.accepted() + self.shared.limits.handshake_deadline;
+                    let ident = match tokio::time::timeout_at(deadline, identify(&self.shared, neg))
+                        .await
+                    {
+                        Ok(Ok(i)) => match self.conn.negotiated() {
+                            Ok(()) => Ok(i),
+                            Err(_) => Err((Refusal::TooManySessions, String::new())),
+                        },
+                        Ok(Err(e)) => Err(e),
+                        Err(_) => Err((Refusal::HandshakeTimeout, String::new())),
+                    };
                     if let Ok(i) = &ident {
                         tracing::Span::current().record("session_id", i.session_id);
                         tracing::debug!(session = i.session_id, wallet = %i.wallet, "negotiated");
@@ -363,6 +379,16 @@ impl Session {
                     let Some(ident) = self.core.identity() else {
                         continue;
                     };
+                    if cause == AttachCause::Join && !self.conn.allow_join(Instant::now()) {
+                        todo.extend(self.core.on_attach_result(
+                            AttachResult::Detached {
+                                reason: DetachReason::Rejected,
+                                message: "too many joins from this address; slow down".into(),
+                            },
+                            Instant::now(),
+                        ));
+                        continue;
+                    }
                     if let Some((id, _)) = self.registered {
                         self.shared.sessions.set_room(id, Some(&room), None);
                     }

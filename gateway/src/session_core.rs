@@ -284,6 +284,8 @@ pub struct SessionCore {
     held: Option<pb::ClientEnvelope>,
     /// Overflow instants within the slow-consumer window.
     overflows: Vec<Instant>,
+    /// Since when the negotiated session is in no room (its idle deadline counts from here).
+    unjoined_since: Option<Instant>,
 }
 
 impl SessionCore {
@@ -303,6 +305,16 @@ impl SessionCore {
             link: Link::None,
             held: None,
             overflows: Vec::new(),
+            unjoined_since: None,
+        }
+    }
+
+    /// Starts (or stops) the idle clock out of a room after an input at `now`.
+    fn settle(&mut self, now: Instant) {
+        if self.phase == Phase::Open && self.link == Link::None {
+            self.unjoined_since.get_or_insert(now);
+        } else {
+            self.unjoined_since = None;
         }
     }
 
@@ -355,6 +367,7 @@ impl SessionCore {
     pub fn poll_timeout(&self) -> Option<Instant> {
         match (&self.phase, &self.link) {
             (Phase::Handshake, _) => Some(self.opened + self.limits.handshake_deadline),
+            (Phase::Open, Link::None) => self.unjoined_since.map(|t| t + self.limits.unjoined_idle),
             (
                 Phase::Open,
                 Link::Attached {
@@ -391,6 +404,7 @@ impl SessionCore {
             },
             Phase::Open => self.on_open_client(env, now, &mut out),
         }
+        self.settle(now);
         out
     }
 
@@ -478,6 +492,7 @@ impl SessionCore {
             self.start_moving(room, entity, AttachCause::Reconnect, None, now, &mut out);
         }
         self.identity = Some(ident);
+        self.settle(now);
         out
     }
 
@@ -524,6 +539,7 @@ impl SessionCore {
             }
             NodeEvent::Ended { broken } => self.on_stream_end(broken, now, &mut out),
         }
+        self.settle(now);
         out
     }
 
@@ -603,10 +619,12 @@ impl SessionCore {
                 self.refuse(Refusal::RoomUnavailable, None, 0, &mut out);
             }
         }
+        self.settle(now);
         out
     }
 
-    /// Timers: the handshake deadline and the node-silence check.
+    /// Timers: the handshake deadline, the idle deadline out of a room and the node-silence
+    /// check.
     pub fn on_timer(&mut self, now: Instant) -> Vec<Effect> {
         let mut out = Vec::new();
         if self.poll_timeout().is_none_or(|t| now < t) {
@@ -614,6 +632,7 @@ impl SessionCore {
         }
         match (&self.phase, &mut self.link) {
             (Phase::Handshake, _) => self.refuse(Refusal::HandshakeTimeout, None, 0, &mut out),
+            (Phase::Open, Link::None) => self.refuse(Refusal::IdleTimeout, None, 0, &mut out),
             (
                 Phase::Open,
                 Link::Attached {

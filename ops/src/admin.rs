@@ -107,11 +107,44 @@ pub struct Admin {
     state: Arc<AdminState>,
     stop: watch::Sender<bool>,
     task: JoinHandle<()>,
+    tls_watch: Option<JoinHandle<()>>,
 }
 
+/// How the admin port serves besides its address.
+#[derive(Clone, Debug, Default)]
+pub struct AdminServe {
+    /// Serve https with this certificate and key (re-read when they change).
+    pub tls: Option<plaza_gateway::edge::TlsFiles>,
+    /// Counts accepts that failed for lack of file descriptors.
+    pub fd_exhausted: prometheus_client::metrics::counter::Counter,
+}
+
+/// How long an admin client may take to send its request head.
+const ADMIN_HEADER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// How often the admin TLS files are checked for a change.
+const ADMIN_TLS_RELOAD: std::time::Duration = std::time::Duration::from_secs(10);
+
 impl Admin {
-    /// Binds and serves.
+    /// Binds and serves plain http.
     pub async fn start(listen: SocketAddr, state: Arc<AdminState>) -> anyhow::Result<Self> {
+        Self::start_with(listen, state, AdminServe::default()).await
+    }
+
+    /// Binds and serves (https when `serve.tls` is set). The accept loop survives descriptor
+    /// exhaustion and keeps answering (see [`plaza_gateway::edge::serve_http`]).
+    pub async fn start_with(
+        listen: SocketAddr,
+        state: Arc<AdminState>,
+        serve: AdminServe,
+    ) -> anyhow::Result<Self> {
+        let tls = match &serve.tls {
+            Some(files) => Some(
+                plaza_gateway::edge::ServerTls::load(files)
+                    .map_err(|e| anyhow::anyhow!("admin TLS: {e}"))?,
+            ),
+            None => None,
+        };
         let listener = TcpListener::bind(listen)
             .await
             .map_err(|e| anyhow::anyhow!("admin bind {listen}: {e}"))?;
@@ -145,23 +178,24 @@ impl Admin {
             .route("/console", get(console::page))
             .merge(operator)
             .with_state(state.clone());
-        let (stop, mut rx) = watch::channel(false);
-        let task = tokio::spawn(async move {
-            let _ = axum::serve(
-                listener,
-                app.into_make_service_with_connect_info::<SocketAddr>(),
-            )
-            .with_graceful_shutdown(async move {
-                let _ = rx.wait_for(|s| *s).await;
-            })
-            .await;
-        });
-        tracing::info!(%addr, "admin listening (/healthz /readyz /metrics /v1/ /console)");
+        let (stop, rx) = watch::channel(false);
+        let tls_watch = tls.as_ref().map(|t| t.watch(ADMIN_TLS_RELOAD));
+        let scheme = if tls.is_some() { "https" } else { "http" };
+        let task = tokio::spawn(plaza_gateway::edge::serve_http(
+            listener,
+            app,
+            tls,
+            ADMIN_HEADER_TIMEOUT,
+            serve.fd_exhausted,
+            rx,
+        ));
+        tracing::info!(%addr, scheme, "admin listening (/healthz /readyz /metrics /v1/ /console)");
         Ok(Self {
             addr,
             state,
             stop,
             task,
+            tls_watch,
         })
     }
 
@@ -183,6 +217,9 @@ impl Admin {
     /// Stops serving.
     pub async fn shutdown(self) {
         let _ = self.stop.send(true);
+        if let Some(t) = self.tls_watch {
+            t.abort();
+        }
         let _ = tokio::time::timeout(std::time::Duration::from_secs(2), self.task).await;
     }
 }

@@ -133,6 +133,16 @@ pub struct GatewaySection {
     pub slow_strikes: u32,
     pub slow_window_ms: u64,
     pub max_connections: usize,
+    pub max_preauth: usize,
+    pub max_preauth_per_ip: usize,
+    pub max_sessions_per_ip: usize,
+    pub joins_per_ip_per_s: u32,
+    pub joins_per_ip_burst: u32,
+    pub unjoined_idle_ms: u64,
+    pub fd_reserve: usize,
+    pub tls_cert: String,
+    pub tls_key: String,
+    pub tls_reload_ms: u64,
     pub resume_ttl_ms: u64,
     pub resume_deadline_ms: u64,
     pub node_silence_ms: u64,
@@ -149,6 +159,8 @@ pub struct GatewaySection {
 pub struct AdminSection {
     pub listen: Address,
     pub token: String,
+    pub tls_cert: String,
+    pub tls_key: String,
 }
 
 /// `[node]`
@@ -487,6 +499,40 @@ impl PlazaConfig {
         if g.max_connections == 0 {
             return bad("gateway.max_connections", "must be > 0");
         }
+        if g.max_preauth == 0 || g.max_preauth_per_ip == 0 || g.max_sessions_per_ip == 0 {
+            return bad(
+                "gateway.max_preauth",
+                "max_preauth, max_preauth_per_ip and max_sessions_per_ip must be > 0",
+            );
+        }
+        if g.joins_per_ip_per_s == 0 || g.joins_per_ip_burst == 0 {
+            return bad(
+                "gateway.joins_per_ip_per_s",
+                "join rate and burst must be > 0",
+            );
+        }
+        if g.handshake_timeout_ms == 0 || g.unjoined_idle_ms == 0 {
+            return bad(
+                "gateway.unjoined_idle_ms",
+                "handshake_timeout_ms and unjoined_idle_ms must be > 0",
+            );
+        }
+        if g.tls_cert.trim().is_empty() != g.tls_key.trim().is_empty() {
+            return bad(
+                "gateway.tls_cert",
+                "set both gateway.tls_cert and gateway.tls_key, or neither",
+            );
+        }
+        if g.tls_reload_ms < 100 {
+            return bad("gateway.tls_reload_ms", "must be >= 100");
+        }
+        let a = &self.admin;
+        if a.tls_cert.trim().is_empty() != a.tls_key.trim().is_empty() {
+            return bad(
+                "admin.tls_cert",
+                "set both admin.tls_cert and admin.tls_key, or neither",
+            );
+        }
         if g.node_silence_ms < 100 {
             // A room sends a frame per broadcast period (≥ 1 Hz); shorter would flap.
             return bad("gateway.node_silence_ms", "must be >= 100");
@@ -623,6 +669,7 @@ impl PlazaConfig {
                 events_per_s: g.events_per_s,
                 events_burst: g.events_burst,
                 handshake_deadline: Duration::from_millis(g.handshake_timeout_ms),
+                unjoined_idle: Duration::from_millis(g.unjoined_idle_ms),
                 outbound_queue: g.outbound_queue,
                 slow_strikes: g.slow_strikes,
                 slow_window: Duration::from_millis(g.slow_window_ms),
@@ -631,10 +678,29 @@ impl PlazaConfig {
                 reconnect_window: Duration::from_millis(g.reconnect_window_ms),
             },
             resume_ttl: Duration::from_millis(g.resume_ttl_ms),
-            max_connections: g.max_connections,
+            edge: plaza_gateway::edge::EdgeLimits {
+                max_connections: g.max_connections,
+                max_preauth: g.max_preauth,
+                max_preauth_per_ip: g.max_preauth_per_ip,
+                max_sessions_per_ip: g.max_sessions_per_ip,
+                joins_per_ip_per_s: g.joins_per_ip_per_s,
+                joins_per_ip_burst: g.joins_per_ip_burst,
+                fd_reserve: g.fd_reserve,
+            },
+            tls: tls_files(&g.tls_cert, &g.tls_key),
+            tls_reload: Duration::from_millis(g.tls_reload_ms),
             socket_send_buffer: (g.socket_send_buffer > 0).then_some(g.socket_send_buffer),
         })
     }
+}
+
+/// A certificate and key pair of the configuration; `None` when unset.
+pub fn tls_files(cert: &str, key: &str) -> Option<plaza_gateway::edge::TlsFiles> {
+    let (cert, key) = (cert.trim(), key.trim());
+    (!cert.is_empty() && !key.is_empty()).then(|| plaza_gateway::edge::TlsFiles {
+        cert: cert.into(),
+        key: key.into(),
+    })
 }
 
 /// Renders the effective configuration with the source of each value, one `key = value  # source`

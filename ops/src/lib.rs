@@ -93,8 +93,17 @@ impl Plaza {
         directory: Option<SharedDirectory>,
     ) -> anyhow::Result<Self> {
         let started_at = std::time::Instant::now();
+        // Libraries that build their own rustls configuration (the Redis client) need a
+        // process-wide provider; Plaza's own TLS settings name `ring` explicitly.
+        plaza_gateway::edge::install_default_crypto_provider();
         let mut registry = Registry::default();
         metrics::register_process(&mut registry);
+        let admin_fd_exhausted = prometheus_client::metrics::counter::Counter::default();
+        registry.register(
+            "plaza_admin_accept_fd_exhausted",
+            "Admin accepts that failed for lack of file descriptors (EMFILE/ENFILE)",
+            admin_fd_exhausted.clone(),
+        );
         let directory_metrics = DirectoryMetrics::default();
         directory_metrics.register(&mut registry);
         let node_metrics = NodeMetrics::default();
@@ -113,7 +122,15 @@ impl Plaza {
             .resolve()
             .map_err(|e| anyhow::anyhow!("admin.listen `{}`: {e}", cfg.admin.listen))?;
         let state = Arc::new(AdminState::with_token(registry, cfg.admin.token.clone()));
-        let admin = Admin::start(admin_addr, state.clone()).await?;
+        let admin = Admin::start_with(
+            admin_addr,
+            state.clone(),
+            admin::AdminServe {
+                tls: config::tls_files(&cfg.admin.tls_cert, &cfg.admin.tls_key),
+                fd_exhausted: admin_fd_exhausted,
+            },
+        )
+        .await?;
         let directory = match directory {
             Some(d) => d,
             None => match open_directory(cfg, roles, &state).await {

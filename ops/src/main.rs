@@ -73,6 +73,13 @@ struct RoleArgs {
     /// Append room activations and directory commits to this file (for `node`/`up`).
     #[arg(long)]
     event_log: Option<PathBuf>,
+    /// Serve `wss://`: the certificate chain (PEM) of the client listener (`gateway.tls_cert`;
+    /// re-read when it changes). Needs --tls-key.
+    #[arg(long, requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// The private key (PEM) of --tls-cert (`gateway.tls_key`).
+    #[arg(long, requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
 }
 
 fn load(args: &RoleArgs, role: Roles) -> anyhow::Result<(PlazaConfig, Provenance)> {
@@ -97,6 +104,12 @@ fn load(args: &RoleArgs, role: Roles) -> anyhow::Result<(PlazaConfig, Provenance
     if let Some(n) = &args.node_id {
         cfg.node.id = n.clone();
         prov.insert("node.id".into(), Source::Flag);
+    }
+    if let (Some(c), Some(k)) = (&args.tls_cert, &args.tls_key) {
+        cfg.gateway.tls_cert = c.display().to_string();
+        cfg.gateway.tls_key = k.display().to_string();
+        prov.insert("gateway.tls_cert".into(), Source::Flag);
+        prov.insert("gateway.tls_key".into(), Source::Flag);
     }
     if let Some(p) = &args.event_log {
         cfg.node.event_log = p.display().to_string();
@@ -188,10 +201,20 @@ async fn run(cfg: PlazaConfig, roles: Roles) -> anyhow::Result<()> {
         }
     };
     if let Some(a) = plaza.ws_addr() {
-        tracing::info!("clients: ws://{a}/v1/ws");
+        let scheme = if cfg.gateway.tls_cert.trim().is_empty() {
+            "ws"
+        } else {
+            "wss"
+        };
+        tracing::info!("clients: {scheme}://{a}/v1/ws");
     }
+    let scheme = if cfg.admin.tls_cert.trim().is_empty() {
+        "http"
+    } else {
+        "https"
+    };
     tracing::info!(
-        "admin: http://{}/healthz /readyz /metrics",
+        "admin: {scheme}://{}/healthz /readyz /metrics",
         plaza.admin_addr()
     );
     stop.recv().await;

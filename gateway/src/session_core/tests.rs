@@ -193,6 +193,42 @@ fn no_negotiate_before_the_deadline_closes() {
 }
 
 #[test]
+fn a_session_in_no_room_is_closed_after_the_idle_deadline() {
+    let idle = limits().unjoined_idle;
+    // Never joined: closed at negotiate + idle, not before.
+    let mut t = T::open();
+    let opened = t.now;
+    assert_eq!(t.core.poll_timeout(), Some(opened + idle));
+    t.advance(idle / 2);
+    let fx = t.client(ping(1));
+    assert_eq!(fx, [Effect::Pong { client_time_ms: 1 }]);
+    assert_eq!(
+        t.core.poll_timeout(),
+        Some(opened + idle),
+        "pings do not extend it"
+    );
+    assert!(
+        t.core
+            .on_timer(opened + idle - Duration::from_millis(1))
+            .is_empty()
+    );
+    let fx = t.core.on_timer(opened + idle);
+    assert_eq!(errors(&fx), [pb::ErrorCode::HandshakeTimeout]);
+    assert_eq!(closes(&fx), [CloseCode::HandshakeTimeout]);
+
+    // In a room: no idle deadline (only the node-silence check); after a leave it starts again.
+    let mut t = T::attached();
+    assert_eq!(t.core.poll_timeout(), Some(t.now + limits().node_silence));
+    t.advance(idle * 2);
+    let _ = t.client(client_envelope::Body::Leave(pb::Leave {}));
+    let _ = t.node(NodeEvent::Ended { broken: false });
+    let left = t.now;
+    assert_eq!(t.core.poll_timeout(), Some(left + idle));
+    let fx = t.core.on_timer(left + idle);
+    assert_eq!(closes(&fx), [CloseCode::HandshakeTimeout]);
+}
+
+#[test]
 fn no_common_version_is_refused_with_the_server_list() {
     let now = Instant::now();
     let mut core = SessionCore::new(limits(), now);
