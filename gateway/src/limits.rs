@@ -12,6 +12,8 @@ pub struct Limits {
     pub max_frame_bytes: usize,
     /// Movement messages per second.
     pub movement_hz: u32,
+    /// Expression messages per second (their own bucket; burst the same).
+    pub expression_hz: u32,
     /// Other messages (join, leave, resync, ping, interactions...) per second.
     pub events_per_s: u32,
     /// Burst allowance of the event bucket.
@@ -43,6 +45,7 @@ impl Default for Limits {
         Self {
             max_frame_bytes: 16 * 1024,
             movement_hz: 20,
+            expression_hz: 20,
             events_per_s: 5,
             events_burst: 10,
             handshake_deadline: Duration::from_secs(5),

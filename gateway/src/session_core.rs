@@ -278,6 +278,7 @@ pub struct SessionCore {
     identity: Option<Identity>,
     last_client_seq: Option<u32>,
     movement: TokenBucket,
+    expressions: TokenBucket,
     events: TokenBucket,
     link: Link,
     /// The latest movement that arrived with no room attached (sent when it is back).
@@ -292,6 +293,7 @@ impl SessionCore {
     /// A session whose connection opened at `now`.
     pub fn new(limits: Limits, now: Instant) -> Self {
         let movement = TokenBucket::new(limits.movement_hz, limits.movement_hz, now);
+        let expressions = TokenBucket::new(limits.expression_hz, limits.expression_hz, now);
         let events = TokenBucket::new(limits.events_per_s, limits.events_burst, now);
         Self {
             limits,
@@ -301,6 +303,7 @@ impl SessionCore {
             identity: None,
             last_client_seq: None,
             movement,
+            expressions,
             events,
             link: Link::None,
             held: None,
@@ -484,6 +487,7 @@ impl SessionCore {
                 limits: Some(pb::Limits {
                     max_frame_bytes: l.max_frame_bytes as u32,
                     max_movement_hz: l.movement_hz,
+                    max_expression_hz: l.expression_hz,
                     max_events_per_s: l.events_per_s,
                 }),
             },
@@ -685,9 +689,12 @@ impl SessionCore {
             body,
             client_envelope::Body::Movement(_) | client_envelope::Body::MovementCompressed(_)
         );
+        let is_expression = matches!(body, client_envelope::Body::Expression(_));
         // The limits apply at arrival, whatever the room is doing.
         let verdict = if is_move {
             self.movement.check(now)
+        } else if is_expression {
+            self.expressions.check(now)
         } else {
             self.events.check(now)
         };
@@ -760,12 +767,15 @@ impl SessionCore {
                     }
                     Link::Moving { .. } => {
                         out.push(Effect::Dropped("room_moving"));
-                        // A resync is answered by the keyframe the re-attach brings anyway.
-                        if !matches!(env.body, Some(client_envelope::Body::Resync(_))) {
+                        // A resync is answered by the keyframe the re-attach brings anyway; an
+                        // expression is a stream (the next one replaces it).
+                        if !matches!(env.body, Some(client_envelope::Body::Resync(_)))
+                            && !is_expression
+                        {
                             self.refuse(Refusal::RoomMoving, None, seq, out);
                         }
                     }
-                    _ if is_move => out.push(Effect::Dropped("not_joined")),
+                    _ if is_move || is_expression => out.push(Effect::Dropped("not_joined")),
                     _ => self.refuse(Refusal::NotJoined, None, seq, out),
                 }
             }

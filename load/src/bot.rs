@@ -189,6 +189,10 @@ pub(crate) struct Bot {
     phase: Phase,
     leave_at: Option<Instant>,
     frame_no: u32,
+    /// Expression accumulator (`expression_hz` per client frame; one sent per 10).
+    expression_acc: u32,
+    /// Expressions sent so far (varies the next one).
+    expression_no: u32,
     interact: Interact,
     /// Flips to true when the run is stopped early (Ctrl-C).
     stop: watch::Receiver<bool>,
@@ -241,6 +245,9 @@ impl Bot {
             phase: Phase::Joined,
             leave_at: None,
             frame_no,
+            // Bots start at different phases, so 10 Hz of them do not all send at once.
+            expression_acc: frame_no % 10,
+            expression_no: frame_no,
             interact: Interact::default(),
             stop,
             reconnect_after: None,
@@ -536,14 +543,19 @@ impl Bot {
                 Err(SessionEnd::Abrupt)
             }
             Some(Ok(Message::Binary(b))) => {
-                self.samples.down_bytes += b.len() as u64;
+                let len = b.len() as u64;
+                self.samples.down_bytes += len;
                 match ServerEnvelope::decode(b) {
                     Ok(ServerEnvelope {
                         body: Some(body), ..
-                    }) => self
-                        .on_server(ws, body)
-                        .await
-                        .map_err(|_| SessionEnd::Abrupt),
+                    }) => {
+                        if matches!(body, SBody::Expressions(_)) {
+                            Counters::add(&self.shared.stats.counters.expression_down_bytes, len);
+                        }
+                        self.on_server(ws, body)
+                            .await
+                            .map_err(|_| SessionEnd::Abrupt)
+                    }
                     Ok(_) => Ok(()),
                     Err(_) => {
                         self.count_decode_error("envelope");
@@ -646,7 +658,11 @@ impl Bot {
                 }
             }
             SBody::Negotiated(_) => {}
-            SBody::Expressions(_) => {}
+            SBody::Expressions(x) => {
+                let c = &self.shared.stats.counters;
+                Counters::add(&c.expression_frames, 1);
+                Counters::add(&c.expression_states, x.states.len() as u64);
+            }
         }
         Ok(())
     }
@@ -785,6 +801,7 @@ impl Bot {
                 if self.rate.poll(now, changed, self.first_move).should_send() {
                     self.send_movement(ws, now).await?;
                 }
+                self.send_expressions(ws).await?;
                 if self.leave_at.is_some_and(|t| now >= t) {
                     self.leave_at = None;
                     self.send(ws, CBody::Leave(Leave {})).await?;
@@ -827,6 +844,29 @@ impl Bot {
         }
         if self.frame_no.is_multiple_of(FLUSH_EVERY) {
             self.shared.stats.flush(&mut self.samples);
+        }
+        Ok(())
+    }
+
+    /// `expression_hz` expressions per second, spread over the client frames (an accumulator:
+    /// 10 Hz is one per 100 ms frame); each a new id and intensity.
+    async fn send_expressions(&mut self, ws: &mut Ws) -> Result<(), tungstenite::Error> {
+        let hz = self.shared.cfg.expression_hz;
+        if hz == 0 {
+            return Ok(());
+        }
+        let per_s = (1000 / CLIENT_FRAME.as_millis()) as u32;
+        self.expression_acc += hz;
+        while self.expression_acc >= per_s {
+            self.expression_acc -= per_s;
+            self.expression_no = self.expression_no.wrapping_add(1);
+            let n = self.expression_no;
+            let e = pb::Expression {
+                expression_id: 1 + n % 7,
+                intensity_bp: (n * 1_300) % 10_001,
+            };
+            self.send(ws, CBody::Expression(e)).await?;
+            Counters::add(&self.shared.stats.counters.expressions_sent, 1);
         }
         Ok(())
     }

@@ -87,6 +87,9 @@ pub struct LoadConfig {
     /// PEM files of extra CA certificates to trust for a `wss://` gateway (besides the webpki
     /// roots), e.g. a private CA or a self-signed certificate.
     pub ca_certs: Vec<std::path::PathBuf>,
+    /// Expression messages each joined bot sends per second (0: none, the default); the
+    /// expression id and intensity change every time.
+    pub expression_hz: u32,
 }
 
 impl LoadConfig {
@@ -110,6 +113,7 @@ impl LoadConfig {
             connect_timeout: Duration::from_secs(10),
             connect_attempts: 3,
             ca_certs: Vec::new(),
+            expression_hz: 0,
         }
     }
 
@@ -338,6 +342,11 @@ pub async fn run_with_stop(
         interactions_sent: Counters::get(&c.interactions_sent),
         consent_sent: Counters::get(&c.consent_sent),
         emotes_sent: Counters::get(&c.emotes_sent),
+        expressions_sent: Counters::get(&c.expressions_sent),
+        expression_frames_received: Counters::get(&c.expression_frames),
+        expression_states_received: Counters::get(&c.expression_states),
+        expression_down_bytes_total: Counters::get(&c.expression_down_bytes),
+        expression_down_bytes_per_bot_per_s: per_bot_s(Counters::get(&c.expression_down_bytes)),
         double_holds: Counters::get(&c.double_holds),
         holder_handoffs: Counters::get(&c.holder_handoffs),
         server_tick_p99_ms,

@@ -29,6 +29,10 @@ struct Args {
     /// Number of bots.
     #[arg(long, default_value_t = 10)]
     bots: usize,
+    /// Expression messages each bot sends per second once joined (0: none); the report shows
+    /// the expression bytes received per bot separately.
+    #[arg(long, default_value_t = 0)]
+    expressions: u32,
     /// Number of rooms (`load-0` .. `load-<R-1>`, bots round-robin).
     #[arg(long, default_value_t = 1)]
     rooms: usize,
@@ -150,6 +154,7 @@ fn main() -> anyhow::Result<()> {
     cfg.ping_interval = args.ping_interval;
     cfg.progress = !args.quiet;
     cfg.ca_certs = args.ca_cert.clone();
+    cfg.expression_hz = args.expressions;
 
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(usize::from(args.threads))

@@ -137,6 +137,21 @@ pub struct Report {
     pub consent_sent: u64,
     /// Emote messages sent.
     pub emotes_sent: u64,
+    /// Expression messages sent (`--expressions HZ`).
+    #[serde(default)]
+    pub expressions_sent: u64,
+    /// `ExpressionFrame` messages received and decoded.
+    #[serde(default)]
+    pub expression_frames_received: u64,
+    /// Expression states in them (other avatars' expressions decoded).
+    #[serde(default)]
+    pub expression_states_received: u64,
+    /// WS payload bytes of the `ExpressionFrame` messages (also counted in `down_bytes_total`).
+    #[serde(default)]
+    pub expression_down_bytes_total: u64,
+    /// Of the received bytes per bot per second, those of expression messages.
+    #[serde(default)]
+    pub expression_down_bytes_per_bot_per_s: f64,
     /// Props seen with two holders at one revision.
     pub double_holds: u64,
     /// Props passed straight from one holder to another.
@@ -460,6 +475,19 @@ impl Report {
                 format!("{:.0}", self.up_bytes_per_bot_per_s),
             ),
             (
+                "expression bytes / bot / s (of down)",
+                format!("{:.0}", self.expression_down_bytes_per_bot_per_s),
+            ),
+            (
+                "expressions sent / frames / states received",
+                format!(
+                    "{} / {} / {}",
+                    self.expressions_sent,
+                    self.expression_frames_received,
+                    self.expression_states_received
+                ),
+            ),
+            (
                 "resumes (in session)",
                 format!("{} ({})", self.resumes, self.resumes_in_session),
             ),
@@ -630,8 +658,9 @@ impl Report {
         );
         let _ = writeln!(
             s,
-            "bytes/bot/s down {:.0} up {:.0}; resumes {}; close codes {}; corrections {}",
+            "bytes/bot/s down {:.0} (expressions {:.0}) up {:.0}; resumes {}; close codes {}; corrections {}",
             self.down_bytes_per_bot_per_s,
+            self.expression_down_bytes_per_bot_per_s,
             self.up_bytes_per_bot_per_s,
             self.resumes,
             kv(&self.close_codes),

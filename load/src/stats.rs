@@ -119,6 +119,11 @@ pub(crate) struct Counters {
     pub(crate) interactions_sent: AtomicU64,
     pub(crate) consent_sent: AtomicU64,
     pub(crate) emotes_sent: AtomicU64,
+    pub(crate) expressions_sent: AtomicU64,
+    /// `ExpressionFrame` messages received, the states in them, and their WS payload bytes.
+    pub(crate) expression_frames: AtomicU64,
+    pub(crate) expression_states: AtomicU64,
+    pub(crate) expression_down_bytes: AtomicU64,
     pub(crate) double_holds: AtomicU64,
     pub(crate) holder_handoffs: AtomicU64,
 }

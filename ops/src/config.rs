@@ -37,6 +37,10 @@ pub struct PlazaConfig {
     pub log: LogSection,
     /// Traces.
     pub telemetry: TelemetrySection,
+    /// Per-room definitions (`[[rooms]]`), tried in order: the first whose `match` fits a
+    /// room's id gives that room its settings; a room none matches runs `[room]`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rooms: Vec<RoomRuleSection>,
 }
 
 /// A listen address as written: `host:port`, where host is an IP address (IPv6 in brackets)
@@ -126,6 +130,7 @@ pub struct GatewaySection {
     pub listen: Address,
     pub max_frame_bytes: usize,
     pub movement_hz: u32,
+    pub expression_hz: u32,
     pub events_per_s: u32,
     pub events_burst: u32,
     pub handshake_timeout_ms: u64,
@@ -199,11 +204,149 @@ pub struct RoomSection {
     pub tier: Tier,
     pub interest_cap: u32,
     pub budget_bytes_per_s: u32,
+    pub expression_hz: u32,
+    pub expression_budget_bytes_per_s: u32,
     pub check_every: u32,
     pub empty_grace_ms: u64,
     pub max_catch_up: u32,
     pub presence_ttl_ms: u64,
     pub definition: String,
+}
+
+/// One `[[rooms]]` entry: the rooms whose id matches `match` and how they differ from `[room]`.
+/// A key left out keeps the node's value (`room.*`); `tier` brings that tier's interest cap and
+/// budget unless `interest_cap` / `budget_bytes_per_s` are set too.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct RoomRuleSection {
+    /// A room id or a glob over room ids (`*` any run of characters, `?` one).
+    #[serde(rename = "match")]
+    pub pattern: String,
+    /// Capacity tier.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tier: Option<Tier>,
+    /// Visible avatars per client (0: the tier's default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interest_cap: Option<u32>,
+    /// Frame budget per client, bytes per second (0: the tier's default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget_bytes_per_s: Option<u32>,
+    /// Simulation steps per second.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tick_hz: Option<u32>,
+    /// Snapshot broadcasts per second.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub broadcast_hz: Option<u32>,
+    /// Most members.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_members: Option<u32>,
+    /// Expression messages per second (0: off).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expression_hz: Option<u32>,
+    /// The expression channel's budget per client, bytes per second (0: the tier's default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expression_budget_bytes_per_s: Option<u32>,
+    /// Room definition file (geometry, bounds, spawn, spawn points, portals, props).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub definition: Option<String>,
+    /// Where joiners appear (replaces the definition's `spawn`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spawn: Option<[f32; 3]>,
+    /// Named spawn points (replace the definition's `spawn_points`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spawn_points: Option<Vec<plaza_room_core::SpawnPoint>>,
+}
+
+fn core_tier(t: Tier) -> plaza_room_core::CapacityTier {
+    match t {
+        Tier::Class => plaza_room_core::CapacityTier::Class,
+        Tier::Stadium => plaza_room_core::CapacityTier::Stadium,
+    }
+}
+
+impl RoomRuleSection {
+    /// `base` (the node default) with this entry's settings, checked.
+    pub fn apply(
+        &self,
+        base: &plaza_room_core::RoomConfig,
+    ) -> Result<plaza_room_core::RoomConfig, String> {
+        let p = &self.pattern;
+        let id_chars = |c: char| c.is_ascii_alphanumeric() || "-_.:*?".contains(c);
+        if p.is_empty() || p.len() > 128 || !p.chars().all(id_chars) {
+            return Err(
+                "`match` must be 1..=128 characters of a room id (A-Z a-z 0-9 - _ . :) or the \
+                 wildcards * and ?"
+                    .into(),
+            );
+        }
+        let mut cfg = base.clone();
+        if let Some(t) = self.tier {
+            let tier = core_tier(t);
+            cfg.tier = tier;
+            cfg.interest_cap = tier.default_interest_cap();
+            cfg.budget_bytes_per_s = tier.default_budget_bytes_per_s();
+            cfg.expression_budget_bytes_per_s = tier.default_expression_budget_bytes_per_s();
+        }
+        match self.expression_budget_bytes_per_s {
+            Some(0) => {
+                cfg.expression_budget_bytes_per_s =
+                    cfg.tier.default_expression_budget_bytes_per_s();
+            }
+            Some(n) => cfg.expression_budget_bytes_per_s = n,
+            None => {}
+        }
+        if let Some(hz) = self.expression_hz {
+            cfg.expression_hz = hz;
+        }
+        match self.interest_cap {
+            Some(0) => cfg.interest_cap = cfg.tier.default_interest_cap(),
+            Some(n) => cfg.interest_cap = n,
+            None => {}
+        }
+        match self.budget_bytes_per_s {
+            Some(0) => cfg.budget_bytes_per_s = cfg.tier.default_budget_bytes_per_s(),
+            Some(n) => cfg.budget_bytes_per_s = n,
+            None => {}
+        }
+        if let Some(hz) = self.tick_hz {
+            cfg.tick_hz = hz;
+        }
+        if let Some(hz) = self.broadcast_hz {
+            cfg.broadcast_hz = hz;
+        }
+        if !(1..=1000).contains(&cfg.tick_hz) {
+            return Err("tick_hz must be 1..=1000".into());
+        }
+        if cfg.broadcast_hz == 0 || cfg.broadcast_hz > cfg.tick_hz {
+            return Err("broadcast_hz must be 1..=tick_hz".into());
+        }
+        if let Some(n) = self.max_members {
+            if n == 0 {
+                return Err("max_members must be > 0".into());
+            }
+            cfg.max_members = n;
+        }
+        if let Some(path) = &self.definition {
+            cfg.definition = if path.is_empty() {
+                plaza_room_core::RoomDefinition::default_plaza()
+            } else {
+                plaza_room_core::RoomDefinition::from_path(path)
+                    .map_err(|e| format!("definition: {e}"))?
+            };
+        }
+        if let Some(spawn) = self.spawn {
+            cfg.definition.spawn = spawn;
+        }
+        if let Some(points) = &self.spawn_points {
+            cfg.definition.spawn_points = points.clone();
+        }
+        if self.spawn.is_some() || self.spawn_points.is_some() {
+            cfg.definition
+                .validate()
+                .map_err(|e| format!("spawn: {e}"))?;
+        }
+        Ok(cfg)
+    }
 }
 
 /// `[directory]`
@@ -316,7 +459,9 @@ pub fn load(
         .expect("embedded defaults parse (tested)");
     let mut known = Vec::new();
     flatten("", &toml::Value::Table(defaults), &mut known);
-    let known: BTreeSet<String> = known.into_iter().collect();
+    let mut known: BTreeSet<String> = known.into_iter().collect();
+    // `[[rooms]]` has no built-in entry (an array of tables; not settable from the environment).
+    known.insert("rooms".to_owned());
 
     let base = config::Config::builder().add_source(config::File::from_str(
         DEFAULTS_TOML,
@@ -380,6 +525,10 @@ pub fn load(
 
     let mut prov = Provenance::new();
     for key in known {
+        if key == "rooms" && !file_keys.contains(&key) {
+            // No entry anywhere: nothing to say where it came from.
+            continue;
+        }
         let src = if env_map.contains_key(&env_var(&key)) {
             Source::Env
         } else if file_keys.contains(&key) {
@@ -486,11 +635,14 @@ impl PlazaConfig {
         if let Err(why) = self.room_definition() {
             return bad("room.definition", &why);
         }
+        if let Err(why) = self.room_rules() {
+            return bad("rooms", &why);
+        }
         let g = &self.gateway;
         if !(64..=1 << 20).contains(&g.max_frame_bytes) {
             return bad("gateway.max_frame_bytes", "must be 64..=1048576");
         }
-        if g.movement_hz == 0 || g.events_per_s == 0 {
+        if g.movement_hz == 0 || g.events_per_s == 0 || g.expression_hz == 0 {
             return bad("gateway.movement_hz", "rates must be > 0");
         }
         if g.outbound_queue < 2 {
@@ -614,15 +766,11 @@ impl PlazaConfig {
         plaza_room_core::RoomDefinition::from_path(path).map_err(|e| e.to_string())
     }
 
-    /// The room actor config these settings describe (reads `room.definition`).
-    pub fn room_actor(&self) -> std::io::Result<plaza_room_actor::room::RoomActorConfig> {
-        use plaza_room_core::{CapacityTier, RoomConfig};
+    /// The node's default room config (`[room]`, reading `room.definition`).
+    fn default_room(&self) -> Result<plaza_room_core::RoomConfig, String> {
+        use plaza_room_core::RoomConfig;
         let r = &self.room;
-        let tier = match r.tier {
-            Tier::Class => CapacityTier::Class,
-            Tier::Stadium => CapacityTier::Stadium,
-        };
-        let mut room = RoomConfig::for_tier(tier);
+        let mut room = RoomConfig::for_tier(core_tier(r.tier));
         room.tick_hz = r.tick_hz;
         room.broadcast_hz = r.broadcast_hz;
         room.max_members = r.max_members;
@@ -633,12 +781,41 @@ impl PlazaConfig {
         if r.budget_bytes_per_s > 0 {
             room.budget_bytes_per_s = r.budget_bytes_per_s;
         }
-        room.definition = self.room_definition().map_err(std::io::Error::other)?;
+        room.expression_hz = r.expression_hz;
+        if r.expression_budget_bytes_per_s > 0 {
+            room.expression_budget_bytes_per_s = r.expression_budget_bytes_per_s;
+        }
+        room.definition = self.room_definition()?;
+        Ok(room)
+    }
+
+    /// The `[[rooms]]` rules as room configs over the node default, in order, each checked
+    /// (rates, members, definition file, spawn inside the bounds). An error names the entry.
+    pub fn room_rules(&self) -> Result<Vec<plaza_room_core::RoomRule>, String> {
+        let base = self.default_room()?;
+        let mut out = Vec::with_capacity(self.rooms.len());
+        for (i, rule) in self.rooms.iter().enumerate() {
+            let at = |why: String| format!("rooms[{i}] (match = {:?}): {why}", rule.pattern);
+            out.push(plaza_room_core::RoomRule {
+                pattern: rule.pattern.clone(),
+                cfg: rule.apply(&base).map_err(at)?,
+            });
+        }
+        Ok(out)
+    }
+
+    /// The room actor config these settings describe (reads `room.definition` and every
+    /// `[[rooms]]` definition file).
+    pub fn room_actor(&self) -> std::io::Result<plaza_room_actor::room::RoomActorConfig> {
+        let r = &self.room;
+        let room = self.default_room().map_err(std::io::Error::other)?;
+        let rules = self.room_rules().map_err(std::io::Error::other)?;
         Ok(plaza_room_actor::room::RoomActorConfig {
             room,
             max_catch_up: r.max_catch_up,
             empty_grace: Duration::from_millis(r.empty_grace_ms),
             presence_ttl: Duration::from_millis(r.presence_ttl_ms),
+            rooms: plaza_room_core::RoomRegistry::new(rules),
         })
     }
 
@@ -666,6 +843,7 @@ impl PlazaConfig {
             limits: plaza_gateway::limits::Limits {
                 max_frame_bytes: g.max_frame_bytes,
                 movement_hz: g.movement_hz,
+                expression_hz: g.expression_hz,
                 events_per_s: g.events_per_s,
                 events_burst: g.events_burst,
                 handshake_deadline: Duration::from_millis(g.handshake_timeout_ms),
@@ -855,6 +1033,60 @@ mod tests {
         )]);
         let err = load(None, Some(env)).unwrap_err().to_string();
         assert!(err.contains("room.definition"), "{err}");
+    }
+
+    #[test]
+    fn rooms_entries_override_the_node_default_in_order_and_bad_ones_are_refused() {
+        let dir = std::env::temp_dir().join(format!("plaza-cfg-rooms-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("rooms.toml");
+        std::fs::write(
+            &file,
+            "[room]\ninterest_cap = 10\n\n[[rooms]]\nmatch = \"stage-*\"\ntier = \"stadium\"\n\
+             expression_hz = 30\nspawn = [1.0, 0.0, 2.0]\n\n[[rooms]]\nmatch = \"*\"\n\
+             max_members = 7\n",
+        )
+        .unwrap();
+        let (cfg, prov) = load(Some(&file), Some(BTreeMap::new())).unwrap();
+        assert_eq!(prov["rooms"], Source::File);
+        assert!(render(&cfg, &prov).contains("rooms = "));
+        let actor = cfg.room_actor().unwrap();
+        assert_eq!(actor.room.interest_cap, 10);
+        let (stage, rule) = actor.for_room("stage-1");
+        assert_eq!(rule.as_deref(), Some("stage-*"));
+        let r = &stage.room;
+        // The tier brings its own cap and budgets; the rest is the node's.
+        assert_eq!((r.interest_cap, r.budget_bytes_per_s), (256, 32_000));
+        assert_eq!(r.expression_budget_bytes_per_s, 8_000);
+        assert_eq!((r.expression_hz, r.max_members), (30, 1024));
+        assert_eq!(r.definition.spawn, [1.0, 0.0, 2.0]);
+        let (other, rule) = actor.for_room("lobby");
+        assert_eq!(rule.as_deref(), Some("*"));
+        assert_eq!((other.room.max_members, other.room.interest_cap), (7, 10));
+
+        for (bad, what) in [
+            ("[[rooms]]\nmatch = \"\"\n", "match"),
+            (
+                "[[rooms]]\nmatch = \"a\"\nbroadcast_hz = 80\n",
+                "broadcast_hz",
+            ),
+            (
+                "[[rooms]]\nmatch = \"a\"\nspawn = [900.0, 0.0, 0.0]\n",
+                "spawn",
+            ),
+            (
+                "[[rooms]]\nmatch = \"a\"\ndefinition = \"/nope.toml\"\n",
+                "definition",
+            ),
+            ("[[rooms]]\nmatch = \"a\"\ncolour = 1\n", "colour"),
+        ] {
+            std::fs::write(&file, bad).unwrap();
+            let err = load(Some(&file), Some(BTreeMap::new()))
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains(what), "{bad}: {err}");
+        }
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

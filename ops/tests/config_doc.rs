@@ -141,6 +141,36 @@ fn chart_env_vars() -> Vec<String> {
     vars
 }
 
+/// The `[[rooms]]` entries (an array of tables with no built-in entry, so not in the example's
+/// key list); the keys are `plaza_ops::config::RoomRuleSection`'s.
+const ROOMS_SECTION: &str = "\
+## `[[rooms]]`: per-room definitions
+
+Any number of entries (none built in), tried in order: the first whose `match` fits a room's id
+gives that room its settings when a node activates it; a room no entry matches runs `[room]`.
+Only a file sets them (no environment variable). `Joined.room` (docs/PROTOCOL.md section 8)
+describes each room with its own values.
+
+| key | type | meaning |
+| --- | --- | --- |
+| `match` | string (required) | A room id, or a glob over room ids: `*` any run of characters, `?` exactly one (`stadium-*`, `class-?`). |
+| `tier` | string | \"class\" or \"stadium\"; brings that tier's interest cap and budget unless the two keys below are set too. |
+| `interest_cap` | integer | Visible avatars per client; 0 = the tier's default. |
+| `budget_bytes_per_s` | integer, bytes/s | Frame budget per client; 0 = the tier's default. |
+| `expression_hz` | integer, Hz | Expression messages per second at most (capped at tick_hz); 0 = off. |
+| `expression_budget_bytes_per_s` | integer, bytes/s | The expression channel's own budget per client; 0 = the tier's default. |
+| `tick_hz` | integer, Hz | Simulation steps per second (1..=1000). |
+| `broadcast_hz` | integer, Hz | Snapshot broadcasts per second (1..=tick_hz). |
+| `max_members` | integer | Most members; a join beyond it is refused (ROOM_FULL). |
+| `definition` | string | Room definition file (geometry, bounds, spawn, spawn points, portals, props); empty = the built-in plaza. |
+| `spawn` | [x, y, z] | Where joiners appear (replaces the definition's `spawn`; must lie inside its bounds). |
+| `spawn_points` | array of tables | Named spawn points `{ name, position, yaw_deg, requestable }` (replace the definition's; portals must still find their targets). |
+
+A key left out keeps the `[room]` value. Every entry is checked at start-up (a bad one stops
+it, naming `rooms[i]`).
+
+";
+
 fn render(keys: &[Key]) -> String {
     let mut md = String::new();
     md.push_str(
@@ -191,6 +221,7 @@ fn render(keys: &[Key]) -> String {
             md.push('\n');
         }
     }
+    md.push_str(ROOMS_SECTION);
     md.push_str(
         "## In the Helm chart\n\n\
          The chart (`helm/plaza`) renders `config:` of its values into `/etc/plaza/plaza.toml`\n\

@@ -43,6 +43,9 @@ pub struct RoomActorConfig {
     pub empty_grace: Duration,
     /// Presence lease, renewed at a third of it.
     pub presence_ttl: Duration,
+    /// Per-room definitions: the first rule matching a room's id replaces `room` for that
+    /// room ([`RoomActorConfig::for_room`]).
+    pub rooms: plaza_room_core::RoomRegistry,
 }
 
 impl Default for RoomActorConfig {
@@ -52,6 +55,24 @@ impl Default for RoomActorConfig {
             max_catch_up: 5,
             empty_grace: Duration::from_secs(10),
             presence_ttl: Duration::from_secs(15),
+            rooms: plaza_room_core::RoomRegistry::default(),
+        }
+    }
+}
+
+impl RoomActorConfig {
+    /// How `room_id` runs: the first per-room rule matching it, else the node default; with
+    /// the pattern of the rule that matched.
+    pub fn for_room(&self, room_id: &str) -> (Self, Option<String>) {
+        match self.rooms.resolve(room_id) {
+            Some(rule) => (
+                Self {
+                    room: rule.cfg.clone(),
+                    ..self.clone()
+                },
+                Some(rule.pattern.clone()),
+            ),
+            None => (self.clone(), None),
         }
     }
 }
@@ -898,6 +919,21 @@ impl RoomState {
                         Kind::Control,
                     );
                 }
+            }
+            Outbound::Expressions {
+                session,
+                tick,
+                full,
+                states,
+            } => {
+                // Droppable like a delta frame: a dropped one costs the client a keyframe, and
+                // the keyframe's next expression message is `full`.
+                let frame = crate::wire::expression_frame(tick, full, &states);
+                self.send_envelope(
+                    session,
+                    server_envelope::Body::Expressions(frame),
+                    Kind::Delta,
+                );
             }
             // Appended in `on_tick` before delivery; never reaches here.
             Outbound::Audit { .. } => {}

@@ -237,9 +237,18 @@ impl RoomsState {
             a.events.handoff(room, epoch, "taken", members);
         }
         let activation = Arc::new(Activation::new(&lease));
+        // The room's own definition: the first `[[rooms]]` rule matching its id, else the node's.
+        let (cfg, rule) = a.room_cfg.for_room(room);
+        tracing::info!(
+            room,
+            rule = rule.as_deref().unwrap_or("(node default)"),
+            definition = %cfg.room.definition.name,
+            tier = ?cfg.room.tier,
+            "room definition chosen"
+        );
         let args = RoomArgs {
             room_id: room.to_owned(),
-            cfg: a.room_cfg.clone(),
+            cfg,
             metrics: a.metrics.clone(),
             directory: a.directory.clone(),
             node_id: a.node_id.clone(),

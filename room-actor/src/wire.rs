@@ -153,7 +153,10 @@ pub(crate) fn decode(
             seq,
             radius_m: p.radius_m,
         }),
-        B::Expression(_) => Decoded::Invalid("expression", "not supported by this room yet"),
+        B::Expression(e) => Decoded::Input(Input::Expression {
+            expression_id: e.expression_id,
+            intensity_bp: e.intensity_bp,
+        }),
         B::Profile(p) => Decoded::Input(Input::Profile {
             seq,
             version: p.version,
@@ -321,6 +324,26 @@ pub(crate) fn event(e: &RoomEvent) -> pb::Event {
     }
 }
 
+/// The `plaza.v1.ExpressionFrame` of an expression message.
+pub(crate) fn expression_frame(
+    tick: u64,
+    full: bool,
+    states: &[(u32, plaza_room_core::expressions::Expression)],
+) -> pb::ExpressionFrame {
+    pb::ExpressionFrame {
+        tick,
+        full,
+        states: states
+            .iter()
+            .map(|(entity, e)| pb::ExpressionState {
+                entity_id: *entity,
+                expression_id: e.id,
+                intensity_bp: u32::from(e.intensity_bp),
+            })
+            .collect(),
+    }
+}
+
 /// A wire vector.
 pub(crate) fn vec3(p: [f32; 3]) -> pb::Vec3 {
     pb::Vec3 {
@@ -386,8 +409,7 @@ pub(crate) fn room_description(cfg: &plaza_room_core::RoomConfig) -> pb::RoomDes
         }),
         max_members: cfg.max_members,
         budget_bytes_per_s: cfg.budget_bytes_per_s,
-        // The expression channel is not served yet.
-        expression_hz: 0,
+        expression_hz: cfg.expression_hz.min(cfg.tick_hz),
         definition: def.name.clone(),
         capsule_half_height_m: ph.capsule_half_height,
         capsule_radius_m: ph.capsule_radius,
@@ -413,5 +435,6 @@ mod tests {
         let g = d.cell_grid.unwrap();
         assert_eq!((g.min_x, g.width), (-128, 256));
         assert_eq!(d.max_members, cfg.max_members);
+        assert_eq!(d.expression_hz, 50, "60 Hz, at most the 50 Hz tick");
     }
 }

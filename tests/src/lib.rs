@@ -100,6 +100,10 @@ pub struct Client {
     pub joins: u32,
     /// `RoomStatus` envelopes received (the gateway's "room moving" / "room back").
     pub room_statuses: Vec<pb::RoomStatus>,
+    /// The last `Joined` received (the room's description).
+    pub joined: Option<pb::Joined>,
+    /// Bytes of the delta frames (not keyframes) applied.
+    pub delta_frame_bytes: u64,
 }
 
 impl Client {
@@ -133,6 +137,8 @@ impl Client {
             events: Vec::new(),
             joins: 0,
             room_statuses: Vec::new(),
+            joined: None,
+            delta_frame_bytes: 0,
         }
     }
 
@@ -267,7 +273,12 @@ impl Client {
                     match &body {
                         server_envelope::Body::SnapshotFrame(f) => {
                             match self.decoder.apply(&f.frame) {
-                                Ok(d) => self.frames.push(d),
+                                Ok(d) => {
+                                    if !d.keyframe {
+                                        self.delta_frame_bytes += f.frame.len() as u64;
+                                    }
+                                    self.frames.push(d);
+                                }
                                 Err(e) => {
                                     // A client that finds a break or a mismatch asks for a keyframe.
                                     self.frame_errors += 1;
@@ -296,6 +307,7 @@ impl Client {
                         server_envelope::Body::Joined(j) => {
                             self.joins += 1;
                             self.entity = j.entity_id;
+                            self.joined = Some(j.clone());
                         }
                         server_envelope::Body::RoomStatus(st) => {
                             self.room_statuses.push(st.clone());

@@ -617,3 +617,42 @@ fn a_kick_tells_the_client_and_closes_with_the_kicked_code() {
     // A second kick (the registry raced the close) does nothing.
     assert!(t.core.on_kick().is_empty());
 }
+
+fn expression(id: u32) -> client_envelope::Body {
+    client_envelope::Body::Expression(pb::Expression {
+        expression_id: id,
+        intensity_bp: 5000,
+    })
+}
+
+/// Expressions have their own bucket like movement: 10 Hz of them and 10 Hz of moves for 5 s
+/// never touch the event bucket (an emote still passes), and a flood of them is dropped, then
+/// closed, like a movement flood.
+#[test]
+fn expressions_are_limited_on_their_own_bucket() {
+    let mut t = T::attached();
+    for i in 0..50 {
+        t.advance(Duration::from_millis(100));
+        let fx = t.client(expression(i));
+        assert!(
+            matches!(fx[..], [Effect::Forward(_)]),
+            "expression {i}: {fx:?}"
+        );
+        let fx = t.client(movement(i as f32 * 0.1));
+        assert!(matches!(fx[..], [Effect::Forward(_)]), "move {i}: {fx:?}");
+    }
+    for _ in 0..limits().events_burst {
+        let fx = t.client(emote());
+        assert!(matches!(fx[..], [Effect::Forward(_)]), "{fx:?}");
+    }
+    let mut all = Vec::new();
+    for _ in 0..100 {
+        t.advance(Duration::from_millis(1));
+        all.extend(t.client(expression(1)));
+        if t.core.is_closed() {
+            break;
+        }
+    }
+    assert!(all.contains(&Effect::Dropped("rate_limited")));
+    assert_eq!(closes(&all), [CloseCode::RateLimited]);
+}

@@ -65,7 +65,8 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- else if kindIs "bool" . }}{{ . }}
 {{- else if or (kindIs "float64" .) (kindIs "int64" .) (kindIs "int" .) }}
 {{- if eq (float64 .) (floor .) }}{{ printf "%d" (int64 .) }}{{ else }}{{ . }}{{ end }}
-{{- else }}{{ fail (printf "config: unsupported value %v (only strings, numbers, booleans)" .) }}
+{{- else if kindIs "slice" . }}[{{ range $i, $v := . }}{{ if $i }}, {{ end }}{{ include "plaza.tomlValue" $v }}{{ end }}]
+{{- else }}{{ fail (printf "config: unsupported value %v (only strings, numbers, booleans, lists)" .) }}
 {{- end }}
 {{- end }}
 
@@ -77,6 +78,13 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 
 [{{ $section }}]
 {{- range $key, $value := $keys }}
+{{ $key }} = {{ include "plaza.tomlValue" $value }}
+{{- end }}
+{{- end }}
+{{- range $rule := .Values.rooms }}
+
+[[rooms]]
+{{- range $key, $value := $rule }}
 {{ $key }} = {{ include "plaza.tomlValue" $value }}
 {{- end }}
 {{- end }}

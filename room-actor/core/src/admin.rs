@@ -110,7 +110,7 @@ pub fn resolve_teleport(
 /// the room. The room drops these inputs before the core sees them.
 pub fn is_muted_input(input: &Input) -> bool {
     match input {
-        Input::Emote { .. } => true,
+        Input::Emote { .. } | Input::Expression { .. } => true,
         Input::Move(_)
         | Input::Resync
         | Input::Interact { .. }

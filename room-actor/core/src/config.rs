@@ -33,6 +33,12 @@ impl CapacityTier {
             Self::Stadium => 256_000 / 8,
         }
     }
+
+    /// The tier's default expression budget (its own share, on top of the frame budget): a
+    /// quarter of the frame budget, bytes per second per client.
+    pub fn default_expression_budget_bytes_per_s(self) -> u32 {
+        self.default_budget_bytes_per_s() / 4
+    }
 }
 
 /// How a room runs. Defaults follow the seeds: 50 Hz simulation, 20 Hz broadcast.
@@ -81,6 +87,12 @@ pub struct RoomConfig {
     /// Most bytes of roster entries one client gets per broadcast (at least one entry when any
     /// is due); a longer roster (a keyframe's) is split over the following broadcasts.
     pub roster_bytes_per_broadcast: u32,
+    /// Expression messages per second (seed 004: 60 Hz; at most `tick_hz`; 0 turns the
+    /// expression channel off).
+    pub expression_hz: u32,
+    /// The expression channel's own share of each client's bandwidth, bytes per second (on
+    /// top of `budget_bytes_per_s`; the tier's default is a quarter of the tier's frame budget).
+    pub expression_budget_bytes_per_s: u32,
 }
 
 impl Default for RoomConfig {
@@ -104,6 +116,8 @@ impl Default for RoomConfig {
             consent: ConsentConfig::default(),
             scene: SceneConfig::default(),
             roster_bytes_per_broadcast: 1024,
+            expression_hz: 60,
+            expression_budget_bytes_per_s: tier.default_expression_budget_bytes_per_s(),
         }
     }
 }
@@ -115,7 +129,118 @@ impl RoomConfig {
             tier,
             interest_cap: tier.default_interest_cap(),
             budget_bytes_per_s: tier.default_budget_bytes_per_s(),
+            expression_budget_bytes_per_s: tier.default_expression_budget_bytes_per_s(),
             ..Self::default()
         }
+    }
+}
+
+/// One entry of a [`RoomRegistry`]: the rooms whose id matches `pattern` run `cfg`.
+#[derive(Clone, Debug)]
+pub struct RoomRule {
+    /// A room id, or a glob pattern over room ids (`*` any run of characters, `?` one).
+    pub pattern: String,
+    /// The config of the rooms it matches.
+    pub cfg: RoomConfig,
+}
+
+/// The node's per-room definitions: the first rule whose pattern matches a room's id gives the
+/// room its config; a room no rule matches runs the node's default. Cheap to clone.
+#[derive(Clone, Debug, Default)]
+pub struct RoomRegistry {
+    rules: std::sync::Arc<Vec<RoomRule>>,
+}
+
+impl RoomRegistry {
+    /// A registry of `rules`, tried in order.
+    pub fn new(rules: Vec<RoomRule>) -> Self {
+        Self {
+            rules: std::sync::Arc::new(rules),
+        }
+    }
+
+    /// The rules, in order.
+    pub fn rules(&self) -> &[RoomRule] {
+        &self.rules
+    }
+
+    /// The first rule matching `room_id`, if any.
+    pub fn resolve(&self, room_id: &str) -> Option<&RoomRule> {
+        self.rules.iter().find(|r| glob_match(&r.pattern, room_id))
+    }
+}
+
+/// Whether `text` matches the glob `pattern`: `*` matches any run of characters (also none),
+/// `?` exactly one, every other character itself. A pattern without wildcards is an exact id.
+///
+/// Linear backtracking over the last `*` (no recursion): O(|pattern| · |text|) at worst.
+pub fn glob_match(pattern: &str, text: &str) -> bool {
+    let p: Vec<char> = pattern.chars().collect();
+    let t: Vec<char> = text.chars().collect();
+    let (mut pi, mut ti) = (0, 0);
+    // Where the last `*` was and the text position it has swallowed up to.
+    let mut star: Option<(usize, usize)> = None;
+    while ti < t.len() {
+        if pi < p.len() && (p[pi] == '?' || (p[pi] != '*' && p[pi] == t[ti])) {
+            pi += 1;
+            ti += 1;
+        } else if pi < p.len() && p[pi] == '*' {
+            star = Some((pi, ti));
+            pi += 1;
+        } else if let Some((sp, st)) = star {
+            pi = sp + 1;
+            ti = st + 1;
+            star = Some((sp, st + 1));
+        } else {
+            return false;
+        }
+    }
+    p[pi..].iter().all(|c| *c == '*')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn globs_match_ids_and_patterns() {
+        assert!(glob_match("hall", "hall"));
+        assert!(!glob_match("hall", "hall-2"));
+        assert!(glob_match("stadium-*", "stadium-"));
+        assert!(glob_match("stadium-*", "stadium-final"));
+        assert!(!glob_match("stadium-*", "class-stadium-1"));
+        assert!(glob_match("*-class", "maths-class"));
+        assert!(glob_match("room-?", "room-7"));
+        assert!(!glob_match("room-?", "room-77"));
+        assert!(glob_match("a*b*c", "axxbyyc"));
+        assert!(!glob_match("a*b*c", "axxbyy"));
+        assert!(glob_match("*", ""));
+        assert!(!glob_match("", "x"));
+        assert!(glob_match("**x", "abx"));
+    }
+
+    #[test]
+    fn the_first_matching_rule_wins() {
+        let class = RoomConfig::for_tier(CapacityTier::Class);
+        let stadium = RoomConfig::for_tier(CapacityTier::Stadium);
+        let reg = RoomRegistry::new(vec![
+            RoomRule {
+                pattern: "stadium-final".into(),
+                cfg: class.clone(),
+            },
+            RoomRule {
+                pattern: "stadium-*".into(),
+                cfg: stadium,
+            },
+        ]);
+        assert_eq!(
+            reg.resolve("stadium-final").unwrap().pattern,
+            "stadium-final"
+        );
+        let r = reg.resolve("stadium-2").unwrap();
+        assert_eq!(r.cfg.tier, CapacityTier::Stadium);
+        assert_eq!(r.cfg.interest_cap, 256);
+        assert!(reg.resolve("lobby").is_none());
+        assert!(RoomRegistry::default().resolve("x").is_none());
     }
 }

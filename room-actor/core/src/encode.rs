@@ -316,6 +316,10 @@ fn encode_run(
         let buf = &mut scratch.buf;
         buf.clear();
         let st = m.encoder.encode(tick, Some(&own), &visible, buf);
+        if st.keyframe {
+            // The client starts over: its next expression message replaces everything.
+            m.expressions.reset();
+        }
         // One exact-size allocation per frame; `buf` keeps its capacity.
         let bytes = buf.clone();
         // Who the frame's avatars are: before the frame (a keyframe's full roster first).

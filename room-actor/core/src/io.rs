@@ -104,6 +104,14 @@ pub enum Input {
         /// Display name.
         display_name: String,
     },
+    /// The member's avatar expression (`plaza.v1.Expression`); applied at once (the latest
+    /// wins), validated by [`crate::expressions::Expression::from_wire`].
+    Expression {
+        /// Expression id (0: neutral).
+        expression_id: u32,
+        /// Intensity, basis points (clamped to 10,000, quantized to 100).
+        intensity_bp: u32,
+    },
     /// Ask to be moved to a named destination (`plaza.v1.TeleportRequest`): a spawn point of
     /// the room definition with `requestable` set.
     Teleport {
@@ -250,6 +258,18 @@ pub enum Outbound {
     },
     /// A discrete event (`plaza.v1.Event`) for the sessions in `to`.
     Event(RoomEvent),
+    /// An expression message (`plaza.v1.ExpressionFrame`) for one session: the expressions of
+    /// avatars in its frames that changed since the last one (`full`: replace everything held).
+    Expressions {
+        /// For whom.
+        session: SessionId,
+        /// The room tick.
+        tick: u64,
+        /// Replace everything the client holds.
+        full: bool,
+        /// `(entity, expression)` in entity order.
+        states: Vec<(u32, crate::expressions::Expression)>,
+    },
     /// A member announced a higher profile version: record it in the directory
     /// (`announce_profile`, source ROOM).
     ProfileAnnounced {
@@ -324,4 +344,10 @@ pub struct RoomStats {
     pub roster_updates: u64,
     /// Blocks and unblocks that changed something.
     pub block_changes: u64,
+    /// Expressions received from members.
+    pub expressions: u64,
+    /// Expression messages sent.
+    pub expression_messages: u64,
+    /// Expression states sent (all messages).
+    pub expression_states: u64,
 }

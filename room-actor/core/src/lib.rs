@@ -13,6 +13,7 @@
 //! * [`interactions`]: prop ownership (pickup, place, throw, drop) and props as entities.
 //! * [`consent`]: the consent state machine (requests between two members).
 //! * [`emotes`]: monotonic emote scheduling.
+//! * [`expressions`]: the expression channel (seed 004): validation and each viewer's deltas.
 //! * [`scene`]: lockstep scene actions with late joiners (seed 001).
 //! * [`people`]: identities and profiles, each client's roster, blocks and personal space.
 //! * [`events`]: the discrete events and refusals the room sends.
@@ -33,6 +34,7 @@ pub mod admin;
 pub mod consent;
 pub mod emotes;
 pub mod events;
+pub mod expressions;
 pub mod ids;
 pub mod interactions;
 pub mod interest;
@@ -45,9 +47,9 @@ mod config;
 mod encode;
 mod io;
 
-pub use config::{CapacityTier, RoomConfig};
+pub use config::{CapacityTier, RoomConfig, RoomRegistry, RoomRule, glob_match};
 pub use io::{Input, JoinRefusal, MoveInput, Outbound, RejectReason, RoomStats, SessionId};
-pub use plaza_physics::RoomDefinition;
+pub use plaza_physics::{RoomDefinition, SpawnPoint};
 
 use std::collections::{BTreeMap, VecDeque};
 
@@ -58,6 +60,7 @@ use plaza_proto::quant::Pose;
 use crate::consent::{ConsentBook, ConsentOp, ConsentRequest, Party, Transition};
 use crate::emotes::{EmoteOutcome, Emotes};
 use crate::events::{EventBody, JsonObject, Refusal, RoomEvent, TeleportCause};
+use crate::expressions::{Expression, ExpressionView};
 use crate::ids::EntityIds;
 use crate::interactions::{Actor, PropUpdate, Props, prop_entity};
 use crate::interest::{InterestIndex, InterestSet};
@@ -97,6 +100,10 @@ struct Member {
     personal_space_m: f32,
     /// What its client holds of the roster.
     roster: RosterView,
+    /// Its avatar's expression.
+    expression: Expression,
+    /// What its client holds of the others' expressions.
+    expressions: ExpressionView,
 }
 
 impl Member {
@@ -115,6 +122,8 @@ impl Member {
             hidden: Vec::new(),
             personal_space_m: 0.0,
             roster: RosterView::default(),
+            expression: Expression::NEUTRAL,
+            expressions: ExpressionView::default(),
         }
     }
 }
@@ -181,6 +190,10 @@ pub struct Room {
     identities: BTreeMap<u32, Identity>,
     /// Blocks per wallet pair (kept while the room runs, members or not).
     blocks: Blocks,
+    /// Expression accumulator: grows by `expression_hz` per tick, a pass is due at `tick_hz`.
+    expression_acc: u32,
+    /// Members whose expression is not neutral.
+    expressive: usize,
 }
 
 impl std::fmt::Debug for Room {
@@ -214,6 +227,8 @@ impl Room {
             instants: Vec::new(),
             identities: BTreeMap::new(),
             blocks: Blocks::default(),
+            expression_acc: 0,
+            expressive: 0,
             cfg,
             tick: 0,
             broadcast_acc: 0,
@@ -320,6 +335,14 @@ impl Room {
     /// arrival order, also from non-members (they are refused with [`Refusal::NotMember`]);
     /// beyond `max_pending_inputs` per session the newest is dropped.
     pub fn input(&mut self, session: SessionId, input: Input) {
+        if let Input::Expression {
+            expression_id,
+            intensity_bp,
+        } = input
+        {
+            self.set_expression(session, Expression::from_wire(expression_id, intensity_bp));
+            return;
+        }
         let cap = self.cfg.max_pending_inputs;
         if !matches!(input, Input::Move(_) | Input::Resync) {
             let n = self.action_counts.entry(session).or_default();
@@ -440,6 +463,76 @@ impl Room {
         self.teleport_as(session, position, Some(yaw), &name, cause, out)
     }
 
+    /// A member's avatar shows `e` from now on (the latest wins; sent at the next expression
+    /// pass to the members who see it). A non-member's expression is dropped and counted.
+    fn set_expression(&mut self, session: SessionId, e: Expression) {
+        let Some(m) = self.members.get_mut(&session) else {
+            self.stats.inputs_dropped += 1;
+            return;
+        };
+        self.stats.expressions += 1;
+        match (m.expression.is_neutral(), e.is_neutral()) {
+            (true, false) => self.expressive += 1,
+            (false, true) => self.expressive -= 1,
+            _ => {}
+        }
+        m.expression = e;
+    }
+
+    /// A member's avatar's expression, if the session is a member.
+    pub fn expression_of(&self, session: SessionId) -> Option<Expression> {
+        self.members.get(&session).map(|m| m.expression)
+    }
+
+    /// One expression pass: each member gets the expressions of the avatars in its frames that
+    /// changed since its client last heard (`full` after its keyframe), within its share of
+    /// the expression budget.
+    ///
+    /// Performance: runs at the expression rate (60 Hz by default); O(members · visible) when
+    /// anyone shows an expression, O(members) otherwise.
+    fn send_expressions(&mut self, out: &mut Vec<Outbound>) {
+        let hz = i64::from(self.cfg.expression_hz.clamp(1, self.cfg.tick_hz.max(1)));
+        let per_message = match self.cfg.expression_budget_bytes_per_s {
+            0 => i64::MAX / 256,
+            b => i64::from(b) / hz,
+        };
+        // Each avatar's expression, by entity id (ids are small and dense).
+        let max_id = self.members.values().map(|m| m.entity).max().unwrap_or(0);
+        let mut by_entity = vec![Expression::NEUTRAL; max_id as usize + 1];
+        if self.expressive > 0 {
+            for m in self.members.values() {
+                by_entity[m.entity as usize] = m.expression;
+            }
+        }
+        let current = |e: u32| by_entity.get(e as usize).copied().unwrap_or_default();
+        let tick = self.tick;
+        let mut filtered = Vec::new();
+        for (session, m) in self.members.iter_mut() {
+            if self.expressive == 0 && m.expressions.is_idle() {
+                continue;
+            }
+            // Blocks apply at once (the frames' view is refreshed at the next broadcast).
+            let seen: &[u32] = if m.hidden.is_empty() {
+                &m.seen
+            } else {
+                filtered.clear();
+                filtered.extend(m.seen.iter().filter(|e| m.hidden.binary_search(e).is_err()));
+                &filtered
+            };
+            let Some(u) = m.expressions.update(seen, current, per_message) else {
+                continue;
+            };
+            self.stats.expression_messages += 1;
+            self.stats.expression_states += u.states.len() as u64;
+            out.push(Outbound::Expressions {
+                session: *session,
+                tick,
+                full: u.full,
+                states: u.states,
+            });
+        }
+    }
+
     /// Ask for a keyframe for `session` at its next frame (the shell dropped frames for it).
     pub fn request_keyframe(&mut self, session: SessionId) {
         if let Some(m) = self.members.get_mut(&session) {
@@ -483,6 +576,13 @@ impl Room {
         let tick = self.tick;
         for (to, body) in self.scenes.finish_tick(tick) {
             self.emit(to, body, out);
+        }
+        if self.cfg.expression_hz > 0 {
+            self.expression_acc += self.cfg.expression_hz.min(self.cfg.tick_hz);
+            if self.expression_acc >= self.cfg.tick_hz {
+                self.expression_acc -= self.cfg.tick_hz;
+                self.send_expressions(out);
+            }
         }
         // The next group of the current broadcast period, if its frames are spread.
         if self.next_group < self.groups {
@@ -555,6 +655,9 @@ impl Room {
                 }
                 Pending::Leave(session) => {
                     if let Some(m) = self.members.remove(&session) {
+                        if !m.expression.is_neutral() {
+                            self.expressive -= 1;
+                        }
                         // What the leaver held falls, its consents end, it leaves its scenes.
                         for up in self.props.drop_held_by(&mut self.physics, session) {
                             self.prop_event(&up, out);
@@ -597,7 +700,8 @@ impl Room {
                     | Input::Teleport { .. }
                     | Input::Block { .. }
                     | Input::PersonalSpace { .. }
-                    | Input::Profile { .. } => {}
+                    | Input::Profile { .. }
+                    | Input::Expression { .. } => {}
                     Input::Move(mv) => {
                         let correct = |m: &mut Member, reason, out: &mut Vec<Outbound>| {
                             out.push(Outbound::Correction {
@@ -685,7 +789,8 @@ impl Room {
         self.action_counts.clear();
         while let Some((session, input)) = self.actions.pop_front() {
             match input {
-                Input::Move(_) | Input::Resync => {}
+                // Never queued here (`Room::input` applies an expression at once).
+                Input::Move(_) | Input::Resync | Input::Expression { .. } => {}
                 Input::Block {
                     seq,
                     op,
@@ -1110,6 +1215,8 @@ fn spawn_point(center: [f32; 3], entity: u32) -> [f32; 3] {
     ]
 }
 
+#[cfg(test)]
+mod expression_tests;
 #[cfg(test)]
 mod people_tests;
 #[cfg(test)]
