@@ -70,6 +70,8 @@ pub struct GatewayConfig {
     pub tls: Option<TlsFiles>,
     /// How often the TLS files are checked for a change.
     pub tls_reload: Duration,
+    /// Sent as `authorization: Bearer <token>` on every gRPC call to a node (`node.grpc_token`).
+    pub node_token: Option<String>,
     /// Kernel send buffer per client socket (bytes); `None` leaves the OS default (autotuned,
     /// up to megabytes per socket).
     pub socket_send_buffer: Option<usize>,
@@ -84,6 +86,7 @@ impl Default for GatewayConfig {
             edge: EdgeLimits::default(),
             tls: None,
             tls_reload: Duration::from_secs(10),
+            node_token: None,
             socket_send_buffer: Some(64 * 1024),
         }
     }
@@ -103,6 +106,9 @@ pub enum GatewayError {
     /// The router actor could not start.
     #[error("router: {0}")]
     Router(#[from] router::PinError),
+    /// The node token is not a valid header value.
+    #[error("node.grpc_token must be printable ASCII")]
+    NodeToken,
     /// The TLS certificate or key could not be loaded.
     #[error("gateway TLS: {0}")]
     Tls(#[from] edge::TlsError),
@@ -117,6 +123,7 @@ pub(crate) struct Shared {
     pub(crate) resume: ResumeStore,
     pub(crate) shutdown: watch::Receiver<bool>,
     pub(crate) sessions: sessions::Sessions,
+    pub(crate) node_token: Option<tonic::metadata::AsciiMetadataValue>,
 }
 
 /// A running gateway.
@@ -175,6 +182,14 @@ impl Gateway {
             Some(files) => Some(ServerTls::load(files)?),
             None => None,
         };
+        let node_token = match &cfg.node_token {
+            Some(t) => Some(
+                format!("Bearer {t}")
+                    .parse()
+                    .map_err(|_| GatewayError::NodeToken)?,
+            ),
+            None => None,
+        };
         let router = Router::start_with(RouterArgs {
             directory: directory.clone(),
             local,
@@ -196,6 +211,7 @@ impl Gateway {
                 directory.clone(),
             ),
             shutdown: shutdown_rx.clone(),
+            node_token,
         });
         let app = HttpRouter::new()
             .route("/v1/ws", get(ws_handler))

@@ -656,6 +656,9 @@ async fn try_attach(
             let mut client = client.clone();
             let mut req = tonic::Request::new(ReceiverStream::new(rx));
             span.in_scope(|| crate::trace::inject(&mut req));
+            if let Some(t) = &shared.node_token {
+                req.metadata_mut().insert("authorization", t.clone());
+            }
             // A node that accepts the stream but never answers (paused, wedged) must not hold
             // the session: give up on it like on a missing ack, and re-resolve.
             let resp =

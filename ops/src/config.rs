@@ -181,6 +181,7 @@ pub struct NodeSection {
     pub session_queue: usize,
     pub event_log: String,
     pub drain_timeout_ms: u64,
+    pub grpc_token: String,
 }
 
 /// A room's capacity tier.
@@ -832,6 +833,7 @@ impl PlazaConfig {
             session_queue: n.session_queue,
             unique_id: true,
             event_log: (!n.event_log.is_empty()).then(|| n.event_log.clone().into()),
+            grpc_token: non_empty(&n.grpc_token),
         })
     }
 
@@ -867,9 +869,15 @@ impl PlazaConfig {
             },
             tls: tls_files(&g.tls_cert, &g.tls_key),
             tls_reload: Duration::from_millis(g.tls_reload_ms),
+            node_token: non_empty(&self.node.grpc_token),
             socket_send_buffer: (g.socket_send_buffer > 0).then_some(g.socket_send_buffer),
         })
     }
+}
+
+fn non_empty(s: &str) -> Option<String> {
+    let s = s.trim();
+    (!s.is_empty()).then(|| s.to_owned())
 }
 
 /// A certificate and key pair of the configuration; `None` when unset.

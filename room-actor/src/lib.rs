@@ -65,6 +65,9 @@ pub struct NodeConfig {
     pub unique_id: bool,
     /// Append activations and directory commits to this file (see [`EventLog`]).
     pub event_log: Option<PathBuf>,
+    /// Every gRPC call must carry `authorization: Bearer <token>` (gateways send it); calls
+    /// without it are refused `UNAUTHENTICATED`. `None` = any caller.
+    pub grpc_token: Option<String>,
 }
 
 impl Default for NodeConfig {
@@ -79,6 +82,7 @@ impl Default for NodeConfig {
             session_queue: 64,
             unique_id: true,
             event_log: None,
+            grpc_token: None,
         }
     }
 }
@@ -194,7 +198,10 @@ impl Node {
                 .max_concurrent_streams(Some(100_000))
                 .initial_stream_window_size(Some(256 * 1024))
                 .initial_connection_window_size(Some(16 * 1024 * 1024))
-                .add_service(RoomHostServer::new(svc_grpc))
+                .add_service(RoomHostServer::with_interceptor(
+                    svc_grpc,
+                    require_token(cfg.grpc_token.clone()),
+                ))
                 .serve_with_incoming_shutdown(incoming, async move {
                     let _ = rx.wait_for(|s| *s).await;
                 })
@@ -460,4 +467,35 @@ impl EventLog {
 
 fn now_ms() -> u64 {
     room::unix_ms()
+}
+
+/// The node's gRPC gate: with a token configured, every call must carry
+/// `authorization: Bearer <token>` (compared in constant time), else `UNAUTHENTICATED`.
+fn require_token(
+    token: Option<String>,
+) -> impl FnMut(tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> + Clone {
+    move |req: tonic::Request<()>| {
+        let Some(token) = &token else {
+            return Ok(req);
+        };
+        let presented = req
+            .metadata()
+            .get("authorization")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .unwrap_or("");
+        let same = presented.len() == token.len()
+            && presented
+                .bytes()
+                .zip(token.bytes())
+                .fold(0u8, |acc, (a, b)| acc | (a ^ b))
+                == 0;
+        if same {
+            Ok(req)
+        } else {
+            Err(tonic::Status::unauthenticated(
+                "this node requires the cluster's node.grpc_token",
+            ))
+        }
+    }
 }
