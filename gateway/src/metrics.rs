@@ -48,7 +48,7 @@ pub struct GatewayMetrics {
 }
 
 /// Outcomes of resume events, pre-created so dashboards see zero series.
-pub const RESUME_OUTCOMES: [&str; 7] = [
+pub const RESUME_OUTCOMES: [&str; 8] = [
     "resumed",
     "reconnect",
     "node_stream",
@@ -56,6 +56,7 @@ pub const RESUME_OUTCOMES: [&str; 7] = [
     "stalled",
     "failed",
     "unknown_token",
+    "identity_mismatch",
 ];
 
 /// Reasons client messages are dropped, pre-created.

@@ -35,8 +35,29 @@ pub enum Refusal {
     IdleTimeout,
     /// The client's address holds `gateway.max_sessions_per_ip` sessions already.
     TooManySessions,
-    /// Authentication failed.
+    /// Authentication failed: a malformed token, or one of a kind this deployment does not
+    /// accept (reason `auth`).
     Auth,
+    /// The token (or wallet message) has expired.
+    AuthExpired,
+    /// The token is not valid yet (`nbf`, or a wallet message from the future).
+    AuthNotYetValid,
+    /// The signature does not verify.
+    AuthBadSignature,
+    /// The token's issuer is not the configured one.
+    AuthWrongIssuer,
+    /// The token's audience does not name this deployment.
+    AuthWrongAudience,
+    /// The token's key id is not in the key set.
+    AuthUnknownKey,
+    /// The wallet signature was used before (on any gateway).
+    AuthReplayed,
+    /// The identity is banned.
+    AuthBanned,
+    /// A resume token presented with another identity's credentials.
+    AuthResumeMismatch,
+    /// The keys or the anti-replay store could not be reached (retryable).
+    AuthUnavailable,
     /// Inputs far over the session's rate.
     RateLimited,
     /// A join while in a room.
@@ -75,7 +96,7 @@ pub enum Outcome {
 
 impl Refusal {
     /// Every refusal, for tests and docs.
-    pub const ALL: [Self; 22] = [
+    pub const ALL: [Self; 32] = [
         Self::UnsupportedVersion,
         Self::NotNegotiated,
         Self::AlreadyNegotiated,
@@ -86,6 +107,16 @@ impl Refusal {
         Self::IdleTimeout,
         Self::TooManySessions,
         Self::Auth,
+        Self::AuthExpired,
+        Self::AuthNotYetValid,
+        Self::AuthBadSignature,
+        Self::AuthWrongIssuer,
+        Self::AuthWrongAudience,
+        Self::AuthUnknownKey,
+        Self::AuthReplayed,
+        Self::AuthBanned,
+        Self::AuthResumeMismatch,
+        Self::AuthUnavailable,
         Self::RateLimited,
         Self::AlreadyJoined,
         Self::InvalidRoomId,
@@ -104,6 +135,11 @@ impl Refusal {
     const fn row(self) -> (pb::ErrorCode, Outcome, bool, &'static str) {
         use Outcome::{Close, Continue};
         use pb::ErrorCode as E;
+        /// A terminal authentication refusal: `AUTH`, close 4003, never retried. The message
+        /// starts with the reason (the refusal's name) and a colon.
+        const fn auth(message: &'static str) -> (pb::ErrorCode, Outcome, bool, &'static str) {
+            (E::Auth, Close(CloseCode::Auth), false, message)
+        }
         match self {
             Self::UnsupportedVersion => (
                 E::UnsupportedVersion,
@@ -163,7 +199,26 @@ impl Refusal {
                 E::Auth,
                 Close(CloseCode::Auth),
                 false,
-                "authentication failed",
+                "auth: authentication failed",
+            ),
+            Self::AuthExpired => auth("auth_expired: the token has expired"),
+            Self::AuthNotYetValid => auth("auth_not_yet_valid: the token is not valid yet"),
+            Self::AuthBadSignature => auth("auth_bad_signature: the signature does not verify"),
+            Self::AuthWrongIssuer => auth("auth_wrong_issuer: the token's issuer is not accepted"),
+            Self::AuthWrongAudience => {
+                auth("auth_wrong_audience: the token is not for this deployment")
+            }
+            Self::AuthUnknownKey => auth("auth_unknown_key: the token's key id is not known"),
+            Self::AuthReplayed => auth("auth_replayed: the signature was used before"),
+            Self::AuthBanned => auth("auth_banned: the identity is banned"),
+            Self::AuthResumeMismatch => {
+                auth("auth_resume_mismatch: the resume token belongs to another identity")
+            }
+            Self::AuthUnavailable => (
+                E::Internal,
+                Close(CloseCode::Internal),
+                true,
+                "auth_unavailable: authentication is unavailable; try again",
             ),
             Self::RateLimited => (
                 E::RateLimited,
@@ -256,6 +311,16 @@ impl Refusal {
             Self::IdleTimeout => "idle_timeout",
             Self::TooManySessions => "too_many_sessions",
             Self::Auth => "auth",
+            Self::AuthExpired => "auth_expired",
+            Self::AuthNotYetValid => "auth_not_yet_valid",
+            Self::AuthBadSignature => "auth_bad_signature",
+            Self::AuthWrongIssuer => "auth_wrong_issuer",
+            Self::AuthWrongAudience => "auth_wrong_audience",
+            Self::AuthUnknownKey => "auth_unknown_key",
+            Self::AuthReplayed => "auth_replayed",
+            Self::AuthBanned => "auth_banned",
+            Self::AuthResumeMismatch => "auth_resume_mismatch",
+            Self::AuthUnavailable => "auth_unavailable",
             Self::RateLimited => "rate_limited",
             Self::AlreadyJoined => "already_joined",
             Self::InvalidRoomId => "invalid_room_id",
@@ -313,12 +378,23 @@ mod tests {
             [
                 Refusal::IdleTimeout,
                 Refusal::TooManySessions,
+                Refusal::AuthUnavailable,
                 Refusal::RoomMoving,
                 Refusal::RoomFull,
                 Refusal::RoomUnavailable,
                 Refusal::GoingAway
             ]
         );
+        // Every authentication refusal but `unavailable` is a terminal 4003 whose message
+        // starts with its reason.
+        for r in Refusal::ALL {
+            if r.code() == pb::ErrorCode::Auth {
+                assert_eq!(r.close(), Some(CloseCode::Auth), "{r:?}");
+                assert_eq!(CloseCode::Auth.code(), 4003);
+                assert!(!r.retryable(), "{r:?}");
+                assert!(r.message().starts_with(&format!("{}: ", r.name())), "{r:?}");
+            }
+        }
         for r in Refusal::ALL {
             assert!(!r.message().is_empty(), "{r:?}");
             assert_ne!(r.code(), pb::ErrorCode::Unspecified, "{r:?}");

@@ -25,6 +25,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use tracing::Instrument as _;
 
 use crate::Shared;
+use crate::auth::{AuthError, Purpose, is_guest};
 use crate::close::CloseCode;
 use crate::edge::Conn;
 use crate::queue::{OutItem, OutQueue, Pushed};
@@ -516,10 +517,43 @@ impl Session {
 }
 
 /// Who a negotiate is: the session of its resume token, or a fresh authenticated one.
+///
+/// A resume token is bound to its identity: presented with an `auth_token`, that token must
+/// prove the same identity ([`Purpose::Resume`]); presented without one, only a guest session
+/// (which has no credentials) is resumed. Either way the presented token is used up.
 async fn identify(shared: &Shared, neg: pb::Negotiate) -> Result<Identity, (Refusal, String)> {
+    let refuse = |e: AuthError| (e.refusal(), e.client_message());
     if !neg.resume_token.is_empty() {
         match shared.resume.take_shared(&neg.resume_token).await {
             Some(entry) => {
+                if neg.auth_token.is_empty() {
+                    if !is_guest(&entry.wallet) {
+                        shared.metrics.resume("identity_mismatch");
+                        return Err(refuse(AuthError::ResumeMismatch));
+                    }
+                    // A guest's credentials are its resume token; the ban list still applies.
+                    shared
+                        .auth
+                        .authenticate(
+                            &format!("guest:{}", &entry.wallet["guest-".len()..]),
+                            Purpose::Resume,
+                        )
+                        .await
+                        .map_err(|e| match e {
+                            AuthError::InvalidToken(_) => refuse(AuthError::ResumeMismatch),
+                            other => refuse(other),
+                        })?;
+                } else {
+                    let who = shared
+                        .auth
+                        .authenticate(&neg.auth_token, Purpose::Resume)
+                        .await
+                        .map_err(refuse)?;
+                    if who.wallet != entry.wallet {
+                        shared.metrics.resume("identity_mismatch");
+                        return Err(refuse(AuthError::ResumeMismatch));
+                    }
+                }
                 return Ok(Identity {
                     session_id: entry.session_id,
                     wallet: entry.wallet,
@@ -534,8 +568,9 @@ async fn identify(shared: &Shared, neg: pb::Negotiate) -> Result<Identity, (Refu
     }
     let ident = shared
         .auth
-        .authenticate(&neg.auth_token)
-        .map_err(|e| (Refusal::Auth, e.to_string()))?;
+        .authenticate(&neg.auth_token, Purpose::Login)
+        .await
+        .map_err(refuse)?;
     Ok(Identity {
         session_id: new_session_id(),
         wallet: ident.wallet,

@@ -391,7 +391,7 @@ impl Bot {
             .map_err(|_| ConnectError::Timeout)??;
         let negotiate = Negotiate {
             versions: vec![ProtocolVersion { major: 1, minor: 0 }],
-            auth_token: String::new(),
+            auth_token: cfg.auth_token.clone(),
             resume_token: if resuming {
                 self.resume_token.clone().unwrap_or_default()
             } else {

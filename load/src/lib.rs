@@ -90,6 +90,9 @@ pub struct LoadConfig {
     /// Expression messages each joined bot sends per second (0: none, the default); the
     /// expression id and intensity change every time.
     pub expression_hz: u32,
+    /// The negotiate's `auth_token` of every bot (default empty: a fresh guest each, which
+    /// needs `auth.mode` with guest). A terminal refusal (4003) is not retried.
+    pub auth_token: String,
 }
 
 impl LoadConfig {
@@ -114,6 +117,7 @@ impl LoadConfig {
             connect_attempts: 3,
             ca_certs: Vec::new(),
             expression_hz: 0,
+            auth_token: String::new(),
         }
     }
 

@@ -26,6 +26,10 @@ struct Args {
     /// Also trust the CA certificates in this PEM file for `wss://` (repeatable).
     #[arg(long = "ca-cert", value_name = "FILE")]
     ca_cert: Vec<PathBuf>,
+    /// The `auth_token` every bot negotiates with (a JWT, `guest:<name>`); default none (a
+    /// fresh guest each). A gateway's terminal refusal (4003) is not retried.
+    #[arg(long = "auth-token", value_name = "TOKEN", default_value = "")]
+    auth_token: String,
     /// Number of bots.
     #[arg(long, default_value_t = 10)]
     bots: usize,
@@ -155,6 +159,7 @@ fn main() -> anyhow::Result<()> {
     cfg.progress = !args.quiet;
     cfg.ca_certs = args.ca_cert.clone();
     cfg.expression_hz = args.expressions;
+    cfg.auth_token = args.auth_token.clone();
 
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(usize::from(args.threads))

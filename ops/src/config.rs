@@ -27,6 +27,8 @@ pub struct PlazaConfig {
     pub gateway: GatewaySection,
     /// Health and metrics.
     pub admin: AdminSection,
+    /// Client authentication.
+    pub auth: AuthSection,
     /// The room node.
     pub node: NodeSection,
     /// Rooms.
@@ -166,6 +168,57 @@ pub struct AdminSection {
     pub token: String,
     pub tls_cert: String,
     pub tls_key: String,
+}
+
+/// `[auth]`
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+#[allow(missing_docs)]
+pub struct AuthSection {
+    pub mode: String,
+    pub jwks_file: String,
+    pub jwks_url: String,
+    pub jwks_refresh_s: u64,
+    pub issuer: String,
+    pub audience: String,
+    pub identity_claim: String,
+    pub role_claim: String,
+    pub leeway_s: u64,
+    pub hs256_secret: String,
+    pub wallet_domain: String,
+    pub wallet_window_s: u64,
+    pub banned: String,
+}
+
+/// The sign-in kinds `auth.mode` enables.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct AuthModes {
+    /// Guests (`guest:<name>` or no token).
+    pub guest: bool,
+    /// JWTs.
+    pub jwt: bool,
+    /// Wallet signatures.
+    pub wallet: bool,
+}
+
+impl AuthSection {
+    /// Parses `mode` (`guest`, `jwt`, `wallet`, joined with `+`).
+    pub fn modes(&self) -> Result<AuthModes, String> {
+        let mut m = AuthModes::default();
+        for part in self.mode.split('+').map(str::trim) {
+            match part {
+                "guest" => m.guest = true,
+                "jwt" => m.jwt = true,
+                "wallet" => m.wallet = true,
+                other => {
+                    return Err(format!(
+                        "`{other}` is not guest, jwt or wallet (join several with +)"
+                    ));
+                }
+            }
+        }
+        Ok(m)
+    }
 }
 
 /// `[node]`
@@ -638,6 +691,46 @@ impl PlazaConfig {
         }
         if let Err(why) = self.room_rules() {
             return bad("rooms", &why);
+        }
+        let a = &self.auth;
+        let modes = match a.modes() {
+            Ok(m) => m,
+            Err(why) => return bad("auth.mode", &why),
+        };
+        if modes.jwt {
+            if !a.jwks_file.is_empty() && !a.jwks_url.is_empty() {
+                return bad("auth.jwks_url", "set jwks_file or jwks_url, not both");
+            }
+            if a.jwks_file.is_empty() && a.jwks_url.is_empty() && a.hs256_secret.is_empty() {
+                return bad(
+                    "auth.mode",
+                    "jwt needs auth.jwks_file, auth.jwks_url or auth.hs256_secret",
+                );
+            }
+        }
+        let url_ok = a.jwks_url.is_empty()
+            || a.jwks_url.starts_with("https://")
+            || a.jwks_url.starts_with("http://");
+        if !url_ok {
+            return bad("auth.jwks_url", "must be an http:// or https:// URL");
+        }
+        if !(10..=86_400).contains(&a.jwks_refresh_s) {
+            return bad("auth.jwks_refresh_s", "must be 10..=86400");
+        }
+        if a.leeway_s > 300 {
+            return bad("auth.leeway_s", "must be 0..=300");
+        }
+        if a.identity_claim.is_empty() {
+            return bad("auth.identity_claim", "must not be empty");
+        }
+        if a.role_claim.is_empty() {
+            return bad("auth.role_claim", "must not be empty");
+        }
+        if a.wallet_domain.is_empty() || a.wallet_domain.contains(['\n', '\r']) {
+            return bad("auth.wallet_domain", "must be one non-empty line");
+        }
+        if !(1..=3600).contains(&a.wallet_window_s) {
+            return bad("auth.wallet_window_s", "must be 1..=3600");
         }
         let g = &self.gateway;
         if !(64..=1 << 20).contains(&g.max_frame_bytes) {

@@ -22,7 +22,7 @@ use std::time::Duration;
 
 use plaza_directory::{MemoryDirectory, RedisDirectory, RedisOptions, SharedDirectory, Sweeper};
 use plaza_gateway::Gateway;
-use plaza_gateway::auth::DevAuthenticator;
+use plaza_gateway::auth::{Authenticator, Combined};
 use plaza_gateway::metrics::GatewayMetrics;
 use plaza_gateway::router::{LocalAttach, LocalNode};
 use plaza_node_proto::{AttachRequest, NodeInbound};
@@ -198,12 +198,13 @@ impl Plaza {
                 .as_ref()
                 .filter(|_| cfg.gateway.in_process_node)
                 .map(|n| Arc::new(InProcessNode(n.host().clone())) as Arc<dyn LocalNode>);
+            let auth = authenticator(cfg, directory).await?;
             Some(
                 Gateway::start_with(
                     cfg.gateway_config()?,
                     directory.clone(),
                     gateway_metrics,
-                    Arc::new(DevAuthenticator),
+                    auth,
                     local,
                 )
                 .await?,
@@ -351,4 +352,70 @@ fn boot_era() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// The authenticator `[auth]` configures: guests, JWTs (key set loaded now; a JWKS file that
+/// does not load stops start-up) and wallet signatures (replay-checked through `directory`),
+/// with the ban list.
+pub async fn authenticator(
+    cfg: &PlazaConfig,
+    directory: &SharedDirectory,
+) -> anyhow::Result<Arc<dyn Authenticator>> {
+    use plaza_gateway::auth::jwt::{JwksSource, JwtAuthenticator, JwtConfig};
+    use plaza_gateway::auth::wallet::{WalletAuthenticator, WalletConfig};
+    let a = &cfg.auth;
+    let modes = a.modes().map_err(|e| anyhow::anyhow!("auth.mode: {e}"))?;
+    let leeway = Duration::from_secs(a.leeway_s);
+    let non_empty = |s: &str| (!s.is_empty()).then(|| s.to_owned());
+    let jwt = if modes.jwt {
+        let jwks = if !a.jwks_file.is_empty() {
+            Some(JwksSource::File(a.jwks_file.clone().into()))
+        } else {
+            non_empty(&a.jwks_url).map(JwksSource::Url)
+        };
+        let jcfg = JwtConfig {
+            jwks,
+            issuer: non_empty(&a.issuer),
+            audience: non_empty(&a.audience),
+            identity_claim: a.identity_claim.clone(),
+            role_claim: a.role_claim.clone(),
+            leeway,
+            hs256_secret: non_empty(&a.hs256_secret).map(String::into_bytes),
+            refresh: Duration::from_secs(a.jwks_refresh_s),
+            ..JwtConfig::new()
+        };
+        if jcfg.hs256_secret.is_some() {
+            tracing::warn!(
+                "auth.hs256_secret is set: HS256 tokens are accepted (development only)"
+            );
+        }
+        Some(
+            JwtAuthenticator::start(jcfg)
+                .await
+                .map_err(|e| anyhow::anyhow!("auth: {e}"))?,
+        )
+    } else {
+        None
+    };
+    let wallet = modes.wallet.then(|| {
+        Arc::new(WalletAuthenticator::new(
+            WalletConfig {
+                domain: a.wallet_domain.clone(),
+                window: Duration::from_secs(a.wallet_window_s),
+                leeway,
+            },
+            directory.clone(),
+        ))
+    });
+    if modes.guest && !cfg.directory.redis_url.is_empty() {
+        tracing::warn!(
+            "auth.mode has guest: anyone may connect and claim any guest name (set auth.mode = \"jwt\" and/or \"wallet\" in production)"
+        );
+    }
+    Ok(Arc::new(Combined {
+        guest: modes.guest,
+        jwt,
+        wallet,
+        banned: Combined::parse_ban_list(&a.banned),
+    }))
 }
