@@ -27,6 +27,9 @@ pub struct RoomLease {
     ttl: Duration,
     margin: Duration,
     valid_until: Instant,
+    /// With a presence TTL, every renewal also renews the presence of the activation's
+    /// entries ([`Directory::renew_room`]: one store operation per room per period).
+    presence_ttl: Option<Duration>,
 }
 
 fn ttl_ms(ttl: Duration) -> u64 {
@@ -55,7 +58,14 @@ impl RoomLease {
             ttl,
             margin,
             valid_until: sent + (ttl - margin),
+            presence_ttl: None,
         })
+    }
+
+    /// Makes every renewal renew the activation's presence too, with `ttl` (`None`: the lease
+    /// only). Kept across a reclaim.
+    pub fn set_presence_ttl(&mut self, ttl: Option<Duration>) {
+        self.presence_ttl = ttl;
     }
 
     /// The fencing epoch to attach to every write.
@@ -95,7 +105,14 @@ impl RoomLease {
     pub async fn renew(&mut self, dir: &dyn Directory) -> Result<(), DirectoryError> {
         let sent = Instant::now();
         let p = &self.placement;
-        match dir.renew(&p.room, &p.node, p.epoch, ttl_ms(self.ttl)).await {
+        let renewed = match self.presence_ttl {
+            Some(pt) => dir
+                .renew_room(&p.room, &p.node, p.epoch, ttl_ms(self.ttl), ttl_ms(pt))
+                .await
+                .map(|(p, _)| p),
+            None => dir.renew(&p.room, &p.node, p.epoch, ttl_ms(self.ttl)).await,
+        };
+        match renewed {
             Ok(p) => {
                 self.placement = p;
                 self.valid_until = self.valid_until.max(sent + (self.ttl - self.margin));
@@ -126,7 +143,8 @@ impl RoomLease {
             Err(DirectoryError::StaleEpoch { current: None, .. }) => {
                 let old = self.epoch();
                 let p = &self.placement;
-                let fresh = Self::claim(dir, &p.room, &p.node, self.ttl, self.margin).await?;
+                let mut fresh = Self::claim(dir, &p.room, &p.node, self.ttl, self.margin).await?;
+                fresh.presence_ttl = self.presence_ttl;
                 *self = fresh;
                 tracing::info!(room = %self.placement.room, %old, new = %self.epoch(),
                     "room lease reclaimed under a new epoch");

@@ -16,7 +16,8 @@
 //! - [`lease`]: owner-side [`RoomLease`] (stop committing before the lease can lapse) and
 //!   the periodic [`Sweeper`].
 //! - [`memory`]: [`MemoryDirectory`], the embedded backend of `plaza up`.
-//! - [`redis_dir`]: [`RedisDirectory`], the cluster backend (Lua scripts, server time).
+//! - [`redis_dir`]: [`RedisDirectory`], the cluster backend (Lua scripts, server time; one
+//!   server, a Redis Cluster or Sentinel).
 //! - `test_util` (feature `test-util`): a `redis-server` harness for integration tests.
 //!
 //! # Semantics shared by both backends
@@ -148,8 +149,10 @@ pub trait Directory: Send + Sync + 'static {
         source: Sources,
         epoch: Epoch,
     ) -> Result<bool, DirectoryError>;
-    /// Extends the leases of every live entry of `room` registered by `node`; fenced. Returns
-    /// how many were renewed.
+    /// Extends the leases of every live entry of `room` registered by `node` under `epoch`
+    /// (the activation); fenced. Returns how many were renewed. An entry that lapsed is not
+    /// renewed. The Redis backend does this in O(1) commands plus one per entry registered
+    /// since the previous renewal (entries are chained to their activation's deadline).
     async fn presence_renew(
         &self,
         node: &str,
@@ -157,6 +160,26 @@ pub trait Directory: Send + Sync + 'static {
         epoch: Epoch,
         ttl_ms: u64,
     ) -> Result<u32, DirectoryError>;
+    /// Renews the lease like [`Self::renew`] and, in the same step, the presence of every live
+    /// entry of `room` registered under `epoch` like [`Self::presence_renew`] (with
+    /// `presence_ttl_ms`); returns the placement and how many entries were renewed. The room's
+    /// directory writer calls this once per renewal period: one store operation per room,
+    /// whatever its number of members (the Redis backend overrides the default, which makes
+    /// two calls).
+    async fn renew_room(
+        &self,
+        room: &str,
+        node: &str,
+        epoch: Epoch,
+        ttl_ms: u64,
+        presence_ttl_ms: u64,
+    ) -> Result<(Placement, u32), DirectoryError> {
+        let p = self.renew(room, node, epoch, ttl_ms).await?;
+        let n = self
+            .presence_renew(node, room, epoch, presence_ttl_ms)
+            .await?;
+        Ok((p, n))
+    }
     /// The wallet's live entry.
     async fn presence_get(&self, wallet: &str) -> Result<Option<PresenceEntry>, DirectoryError>;
     /// The live entry holding `entity` in `room`.
@@ -234,6 +257,26 @@ pub trait Directory: Send + Sync + 'static {
     /// `SET key 1 NX PX ttl`), so two gateways racing on the same key see one `true`. Used for
     /// the wallet-signature anti-replay cache: the key names a (wallet, timestamp) pair.
     async fn claim_once(&self, key: &str, ttl_ms: u64) -> Result<bool, DirectoryError>;
+    /// Stores a resume entry under `token` held by `holder` (a gateway): it lives as long as
+    /// the holder's lease, which this extends to at least `ttl_ms` and
+    /// [`Self::renew_resume_holder`] extends for all of the holder's entries at once (a live
+    /// session's shared entry costs one write when it changes, not one per refresh period).
+    async fn put_resume_held(
+        &self,
+        holder: &str,
+        token: &str,
+        entry: Vec<u8>,
+        ttl_ms: u64,
+    ) -> Result<(), DirectoryError>;
+    /// Extends the lease of every entry `holder` holds to `ttl_ms` from now (one write).
+    async fn renew_resume_holder(&self, holder: &str, ttl_ms: u64) -> Result<(), DirectoryError>;
+    /// Removes and returns `holder`'s entry under `token`; `None` if absent or the holder's
+    /// lease lapsed.
+    async fn take_resume_held(
+        &self,
+        holder: &str,
+        token: &str,
+    ) -> Result<Option<Vec<u8>>, DirectoryError>;
 }
 
 /// Longest accepted id (wallet, room, node, kind) in bytes.

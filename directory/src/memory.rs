@@ -60,6 +60,8 @@ struct State {
     resume: HashMap<String, (u64, Vec<u8>)>,
     /// One-time claims: key → expiry in store ms.
     once: HashMap<String, u64>,
+    /// holder → (lease end in store ms, token → entry).
+    held: HashMap<String, (u64, HashMap<String, Vec<u8>>)>,
 }
 
 impl MemoryDirectory {
@@ -424,6 +426,7 @@ impl Directory for MemoryDirectory {
         for w in wallets {
             if let Some(s) = st.presence.get_mut(&w)
                 && s.entry.node == node
+                && s.epoch == epoch
                 && s.entry.lease_until_ms > now
             {
                 s.entry.lease_until_ms = s.entry.lease_until_ms.max(now + ttl_ms);
@@ -515,6 +518,7 @@ impl Directory for MemoryDirectory {
         let before = st.once.len();
         st.once.retain(|_, until| *until > now);
         removed += (before - st.once.len()) as u32;
+        st.held.retain(|_, (until, _)| *until > now);
         if removed > 0 {
             tracing::debug!(removed, "directory sweep");
         }
@@ -669,5 +673,61 @@ impl Directory for MemoryDirectory {
                 Ok(true)
             }
         }
+    }
+
+    async fn put_resume_held(
+        &self,
+        holder: &str,
+        token: &str,
+        entry: Vec<u8>,
+        ttl_ms: u64,
+    ) -> Result<(), DirectoryError> {
+        validate::id("resume holder", holder)?;
+        validate::id("resume token", token)?;
+        validate::ttl(ttl_ms)?;
+        validate::resume(&entry)?;
+        let now = self.now_ms();
+        let mut st = self.state.lock();
+        let h = st.held.entry(holder.to_string()).or_default();
+        if h.0 <= now {
+            h.1.clear();
+        }
+        h.0 = h.0.max(now + ttl_ms);
+        h.1.insert(token.to_string(), entry);
+        Ok(())
+    }
+
+    async fn renew_resume_holder(&self, holder: &str, ttl_ms: u64) -> Result<(), DirectoryError> {
+        validate::id("resume holder", holder)?;
+        validate::ttl(ttl_ms)?;
+        let now = self.now_ms();
+        let mut st = self.state.lock();
+        if let Some(h) = st.held.get_mut(holder) {
+            if h.0 <= now {
+                st.held.remove(holder);
+            } else {
+                h.0 = now + ttl_ms;
+            }
+        }
+        Ok(())
+    }
+
+    async fn take_resume_held(
+        &self,
+        holder: &str,
+        token: &str,
+    ) -> Result<Option<Vec<u8>>, DirectoryError> {
+        validate::id("resume holder", holder)?;
+        validate::id("resume token", token)?;
+        let now = self.now_ms();
+        let mut st = self.state.lock();
+        let Some(h) = st.held.get_mut(holder) else {
+            return Ok(None);
+        };
+        if h.0 <= now {
+            st.held.remove(holder);
+            return Ok(None);
+        }
+        Ok(h.1.remove(token))
     }
 }

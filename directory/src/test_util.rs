@@ -27,6 +27,8 @@ pub struct RedisServer {
     port: u16,
     dir: PathBuf,
     child: Option<Child>,
+    /// More `redis-server` arguments (cluster mode).
+    extra: Vec<String>,
 }
 
 static SEQ: AtomicU64 = AtomicU64::new(0);
@@ -35,9 +37,14 @@ impl RedisServer {
     /// Starts a server on a free port and waits (bounded) until it answers `PING`. Retries
     /// with another port if the chosen one was taken in the meantime.
     pub fn start() -> Result<Self, String> {
+        Self::start_with(&[])
+    }
+
+    /// Like [`Self::start`] with more `redis-server` arguments.
+    pub fn start_with(extra: &[&str]) -> Result<Self, String> {
         let mut last = String::new();
         for _ in 0..3 {
-            match Self::start_on(free_port()?) {
+            match Self::start_on(free_port()?, extra) {
                 Ok(s) => return Ok(s),
                 Err(e) if e.contains("not found on PATH") => return Err(e),
                 Err(e) => last = e,
@@ -46,7 +53,7 @@ impl RedisServer {
         Err(last)
     }
 
-    fn start_on(port: u16) -> Result<Self, String> {
+    fn start_on(port: u16, extra: &[&str]) -> Result<Self, String> {
         let dir = std::env::temp_dir().join(format!(
             "plaza-redis-{}-{}-{}",
             std::process::id(),
@@ -58,6 +65,7 @@ impl RedisServer {
             port,
             dir,
             child: None,
+            extra: extra.iter().map(|s| s.to_string()).collect(),
         };
         s.spawn()?;
         Ok(s)
@@ -129,6 +137,7 @@ impl RedisServer {
             .arg(&self.dir)
             .arg("--logfile")
             .arg(self.dir.join("redis.log"))
+            .args(&self.extra)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -159,6 +168,192 @@ impl RedisServer {
             std::thread::sleep(Duration::from_millis(20));
         }
     }
+}
+
+/// A throwaway Redis Cluster on loopback: `masters` primaries with `replicas` replicas each
+/// ([`RedisServer`]s in cluster mode, joined with `redis-cli --cluster create`), with a short
+/// node timeout (1 s) so a killed master's replica is promoted within a few seconds.
+#[derive(Debug)]
+pub struct RedisCluster {
+    /// Every server, primaries first as created.
+    pub servers: Vec<RedisServer>,
+}
+
+impl RedisCluster {
+    /// Starts the servers, creates the cluster and waits (bounded) until every node reports
+    /// `cluster_state:ok` (and, with replicas, every replica's link to its primary is up).
+    pub fn start(masters: usize, replicas: usize) -> Result<Self, String> {
+        let args = [
+            "--cluster-enabled",
+            "yes",
+            "--cluster-config-file",
+            "nodes.conf",
+            "--cluster-node-timeout",
+            "1000",
+            "--cluster-replica-validity-factor",
+            "0",
+        ];
+        let mut servers = Vec::new();
+        for _ in 0..masters * (1 + replicas) {
+            servers.push(RedisServer::start_with(&args)?);
+        }
+        let mut cmd = Command::new("redis-cli");
+        cmd.arg("--cluster").arg("create");
+        for s in &servers {
+            cmd.arg(format!("127.0.0.1:{}", s.port));
+        }
+        let out = cmd
+            .args(["--cluster-replicas", &replicas.to_string(), "--cluster-yes"])
+            .stdin(Stdio::null())
+            .output()
+            .map_err(|e| format!("redis-cli --cluster create: {e}"))?;
+        if !out.status.success() {
+            return Err(format!(
+                "redis-cli --cluster create failed: {}",
+                String::from_utf8_lossy(&out.stdout)
+            ));
+        }
+        let c = Self { servers };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let ok = c.servers.iter().all(|s| {
+                command(s.port, "CLUSTER INFO").contains("cluster_state:ok")
+                    && (replicas == 0 || {
+                        let r = command(s.port, "INFO replication");
+                        r.contains("role:master") || r.contains("master_link_status:up")
+                    })
+            });
+            if ok {
+                return Ok(c);
+            }
+            if Instant::now() > deadline {
+                return Err("redis cluster not ok within 30 s".into());
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// `redis+cluster://127.0.0.1:P1,…` over every server (seeds).
+    pub fn url(&self) -> String {
+        let hosts: Vec<String> = self
+            .servers
+            .iter()
+            .map(|s| format!("127.0.0.1:{}", s.port))
+            .collect();
+        format!("redis+cluster://{}", hosts.join(","))
+    }
+
+    /// Ports of the servers that are primaries now (as they report `INFO replication`).
+    pub fn master_ports(&mut self) -> Vec<u16> {
+        let mut out = Vec::new();
+        for s in &mut self.servers {
+            if s.is_running() && command(s.port, "INFO replication").contains("role:master") {
+                out.push(s.port);
+            }
+        }
+        out
+    }
+
+    /// The primary serving `key`'s slot now (`CLUSTER KEYSLOT` and `CLUSTER NODES` of a live
+    /// node).
+    pub fn master_of(&mut self, key: &str) -> Option<u16> {
+        let port = self
+            .servers
+            .iter_mut()
+            .find_map(|s| s.is_running().then_some(s.port))?;
+        let slot: u32 = command(port, &format!("CLUSTER KEYSLOT {key}"))
+            .trim()
+            .trim_start_matches(':')
+            .parse()
+            .ok()?;
+        let nodes = command(port, "CLUSTER NODES");
+        nodes.lines().find_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            if f.len() < 9 || !f[2].contains("master") || f[2].contains("fail") {
+                return None;
+            }
+            let owns = f[8..].iter().any(|r| match r.split_once('-') {
+                Some((a, b)) => {
+                    a.parse::<u32>().is_ok_and(|a| a <= slot)
+                        && b.parse::<u32>().is_ok_and(|b| slot <= b)
+                }
+                None => r.parse::<u32>() == Ok(slot),
+            });
+            owns.then(|| f[1].split(['@', ':']).nth(1).and_then(|p| p.parse().ok()))
+                .flatten()
+        })
+    }
+
+    /// Kills (SIGKILL) the server on `port`.
+    pub fn kill(&mut self, port: u16) {
+        if let Some(s) = self.servers.iter_mut().find(|s| s.port == port) {
+            s.kill();
+        }
+    }
+
+    /// Waits (bounded by `timeout`) until every live node reports `cluster_state:ok` and
+    /// `port` is no primary any more (its replica took over).
+    pub fn wait_failover(&mut self, port: u16, timeout: Duration) -> Result<Duration, String> {
+        let start = Instant::now();
+        loop {
+            let live: Vec<u16> = self
+                .servers
+                .iter_mut()
+                .filter_map(|s| s.is_running().then_some(s.port))
+                .collect();
+            let ok = live.iter().all(|p| {
+                command(*p, "CLUSTER INFO").contains("cluster_state:ok")
+                    && !command(*p, "CLUSTER NODES").lines().any(|l| {
+                        l.contains(&format!(":{port}@"))
+                            && l.contains("master")
+                            && !l.contains("fail")
+                    })
+            });
+            if ok {
+                return Ok(start.elapsed());
+            }
+            if start.elapsed() > timeout {
+                return Err(format!("no failover of {port} within {timeout:?}"));
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+/// Sends one inline command to loopback `port` and returns what arrives within a short
+/// while (small replies; empty on any error).
+pub fn command(port: u16, cmd: &str) -> String {
+    let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) else {
+        return String::new();
+    };
+    let _ = s.set_read_timeout(Some(Duration::from_millis(300)));
+    if s.write_all(format!("{cmd}\r\n").as_bytes()).is_err() {
+        return String::new();
+    }
+    let mut out = Vec::new();
+    let mut buf = [0u8; 8192];
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while let Ok(n) = s.read(&mut buf) {
+        if n == 0 {
+            break;
+        }
+        out.extend_from_slice(&buf[..n]);
+        // A bulk reply `$LEN\r\n…\r\n` is complete once LEN bytes arrived.
+        if let Some(rest) = out.strip_prefix(b"$") {
+            let text = String::from_utf8_lossy(rest);
+            if let Some((len, body)) = text.split_once("\r\n")
+                && len.parse::<usize>().is_ok_and(|l| body.len() >= l)
+            {
+                break;
+            }
+        } else if out.ends_with(b"\r\n") {
+            break;
+        }
+        if Instant::now() > deadline {
+            break;
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 impl Drop for RedisServer {
@@ -295,4 +490,7 @@ forward! {
     fn put_resume(&self, token: &str, entry: Vec<u8>, ttl_ms: u64) -> ();
     fn take_resume(&self, token: &str) -> Option<Vec<u8>>;
     fn claim_once(&self, key: &str, ttl_ms: u64) -> bool;
+    fn put_resume_held(&self, holder: &str, token: &str, entry: Vec<u8>, ttl_ms: u64) -> ();
+    fn renew_resume_holder(&self, holder: &str, ttl_ms: u64) -> ();
+    fn take_resume_held(&self, holder: &str, token: &str) -> Option<Vec<u8>>;
 }

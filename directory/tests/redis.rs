@@ -262,7 +262,7 @@ async fn restore_from_older_backup_keeps_epochs_monotonic() {
     let mut con = client.get_multiplexed_async_connection().await.unwrap();
     let pre = &env.prefix;
     let _: () = redis::cmd("HSET")
-        .arg(format!("{pre}epoch"))
+        .arg(format!("{pre}{{e}}epoch"))
         .arg("era")
         .arg(p1.epoch.era - 1_000)
         .arg("ctr")
@@ -270,11 +270,13 @@ async fn restore_from_older_backup_keeps_epochs_monotonic() {
         .query_async(&mut con)
         .await
         .unwrap();
-    let _: u64 = redis::cmd("DEL")
-        .arg(format!("{pre}place:r"))
-        .query_async(&mut con)
-        .await
-        .unwrap();
+    for k in ["place", "last"] {
+        let _: u64 = redis::cmd("DEL")
+            .arg(format!("{pre}{{r:r}}{k}"))
+            .query_async(&mut con)
+            .await
+            .unwrap();
+    }
     // The client that saw the newer era moves the store forward.
     let p2 = env.dir.claim("r", "a", 60_000).await.unwrap();
     assert!(p2.epoch > p1.epoch, "{:?} vs {:?}", p2.epoch, p1.epoch);

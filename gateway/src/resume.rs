@@ -7,6 +7,15 @@
 //! background: a gateway killed within a few milliseconds of a disconnect may lose that one
 //! entry (the client then starts a new session). Entries are encoded with [`encode_entry`];
 //! [`decode_entry`] refuses malformed bytes without panicking.
+//!
+//! A live session's shared entry ([`ResumeStore::share`]) is *held* by this gateway
+//! (`put_resume_held`): it is written when the session's room or entity changes, and one
+//! background renewal per third of the TTL extends every entry the gateway holds at once
+//! (`renew_resume_holder`: one directory write per gateway per period, not one per session).
+//! The holder id is the first 16 hex digits of every token this store issues
+//! ([`ResumeStore::new_token`]), so any gateway finds a held entry from the token alone; a
+//! gateway killed with SIGKILL stops renewing, and its entries lapse one TTL after its last
+//! renewal.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -35,6 +44,27 @@ pub struct ResumeStore {
     cap: usize,
     entries: Mutex<HashMap<String, (Instant, ResumeEntry)>>,
     directory: Option<SharedDirectory>,
+    /// This store's holder id (16 hex digits), the prefix of its tokens.
+    holder: String,
+    /// The holder lease renewal task (with a directory).
+    renewal: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl Drop for ResumeStore {
+    fn drop(&mut self) {
+        if let Some(t) = &self.renewal {
+            t.abort();
+        }
+    }
+}
+
+/// Hex digits of a holder id.
+const HOLDER_LEN: usize = 16;
+
+/// The holder id of a token issued by [`ResumeStore::new_token`].
+fn holder_of(token: &str) -> Option<&str> {
+    (token.len() == HOLDER_LEN + 32 && token.bytes().all(|b| b.is_ascii_hexdigit()))
+        .then(|| &token[..HOLDER_LEN])
 }
 
 impl std::fmt::Debug for ResumeStore {
@@ -50,20 +80,47 @@ impl std::fmt::Debug for ResumeStore {
 impl ResumeStore {
     /// A per-process store whose entries live `ttl`, holding at most `cap`.
     pub fn new(ttl: Duration, cap: usize) -> Self {
+        let h: u64 = rand::rng().random();
         Self {
             ttl,
             cap,
             entries: Mutex::new(HashMap::new()),
             directory: None,
+            holder: format!("{h:016x}"),
+            renewal: None,
         }
     }
 
-    /// A store that also keeps every entry in `directory`, so any gateway can take it.
+    /// A store that also keeps every entry in `directory`, so any gateway can take it. Inside
+    /// a tokio runtime it renews the lease of the entries it holds every third of `ttl`.
     pub fn with_directory(ttl: Duration, cap: usize, directory: SharedDirectory) -> Self {
-        Self {
-            directory: Some(directory),
-            ..Self::new(ttl, cap)
+        let mut s = Self::new(ttl, cap);
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            let (dir, holder, ttl_ms) = (directory.clone(), s.holder.clone(), s.ttl_ms());
+            let every = (ttl / 3).max(Duration::from_millis(1));
+            s.renewal = Some(rt.spawn(async move {
+                let mut tick = tokio::time::interval_at(Instant::now() + every, every);
+                tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                loop {
+                    tick.tick().await;
+                    if let Err(e) = dir.renew_resume_holder(&holder, ttl_ms).await {
+                        tracing::warn!(error = %e, "shared resume entries not renewed");
+                    }
+                }
+            }));
         }
+        s.directory = Some(directory);
+        s
+    }
+
+    fn ttl_ms(&self) -> u64 {
+        self.ttl.as_millis().clamp(1, u128::from(u32::MAX)) as u64
+    }
+
+    /// A fresh unguessable token naming this store as its holder.
+    pub fn new_token(&self) -> String {
+        let a: u128 = rand::rng().random();
+        format!("{}{a:032x}", self.holder)
     }
 
     /// Takes the entry of `token`: from this gateway's map, else from the directory (a client
@@ -76,24 +133,41 @@ impl ResumeStore {
         if token.is_empty() || token.len() > plaza_directory::MAX_ID_LEN {
             return local;
         }
-        match dir.take_resume(token).await {
-            Ok(Some(bytes)) => local.or_else(|| decode_entry(&bytes)),
-            Ok(None) => local,
+        let shared = match dir.take_resume(token).await {
+            Ok(Some(bytes)) => Some(bytes),
+            Ok(None) => None,
             Err(e) => {
                 tracing::warn!(error = %e, "resume entry lookup failed");
-                local
+                None
             }
-        }
+        };
+        // The live session's held copy, if its gateway still holds it (taken either way, so
+        // the token is used up everywhere).
+        let held = match holder_of(token) {
+            Some(h) => match dir.take_resume_held(h, token).await {
+                Ok(v) => v,
+                Err(e) => {
+                    tracing::warn!(error = %e, "held resume entry lookup failed");
+                    None
+                }
+            },
+            None => None,
+        };
+        local.or_else(|| shared.or(held).and_then(|b| decode_entry(&b)))
     }
 
     /// Keeps `entry` under `token` (and in the directory, in the background, if shared).
     pub fn put(&self, token: String, entry: ResumeEntry) {
         if let (Some(dir), Ok(rt)) = (&self.directory, tokio::runtime::Handle::try_current()) {
             let (dir, token, bytes) = (dir.clone(), token.clone(), encode_entry(&entry));
-            let ttl_ms = self.ttl.as_millis().clamp(1, u128::from(u32::MAX)) as u64;
+            let (ttl_ms, holder) = (self.ttl_ms(), self.holder.clone());
             rt.spawn(async move {
                 if let Err(e) = dir.put_resume(&token, bytes, ttl_ms).await {
                     tracing::warn!(error = %e, "resume entry not shared");
+                }
+                // The session is over here: its held copy (if any) goes.
+                if let Err(e) = dir.take_resume_held(&holder, &token).await {
+                    tracing::debug!(error = %e, "held resume entry not removed");
                 }
             });
         }
@@ -111,15 +185,16 @@ impl ResumeStore {
     /// Stores `entry` under `token` in the directory only (in the background; nothing without
     /// a directory): the copy a live session keeps there while it is in a room, so a client
     /// whose gateway is killed (no orderly [`Self::put`]) takes its session back through
-    /// another gateway. Refreshed by the session well within the TTL.
+    /// another gateway. Held by this store: it lives as long as the store renews its holder
+    /// lease (see the module docs), so the session writes it only when it changes.
     pub fn share(&self, token: &str, entry: &ResumeEntry) {
         let (Some(dir), Ok(rt)) = (&self.directory, tokio::runtime::Handle::try_current()) else {
             return;
         };
         let (dir, token, bytes) = (dir.clone(), token.to_owned(), encode_entry(entry));
-        let ttl_ms = self.ttl.as_millis().clamp(1, u128::from(u32::MAX)) as u64;
+        let (ttl_ms, holder) = (self.ttl_ms(), self.holder.clone());
         rt.spawn(async move {
-            if let Err(e) = dir.put_resume(&token, bytes, ttl_ms).await {
+            if let Err(e) = dir.put_resume_held(&holder, &token, bytes, ttl_ms).await {
                 tracing::warn!(error = %e, "resume entry not shared");
             }
         });
@@ -130,9 +205,9 @@ impl ResumeStore {
         let (Some(dir), Ok(rt)) = (&self.directory, tokio::runtime::Handle::try_current()) else {
             return;
         };
-        let (dir, token) = (dir.clone(), token.to_owned());
+        let (dir, token, holder) = (dir.clone(), token.to_owned(), self.holder.clone());
         rt.spawn(async move {
-            if let Err(e) = dir.take_resume(&token).await {
+            if let Err(e) = dir.take_resume_held(&holder, &token).await {
                 tracing::debug!(error = %e, "shared resume entry not removed");
             }
         });
@@ -213,7 +288,7 @@ impl<'a> Reader<'a> {
     }
 }
 
-/// A fresh unguessable token.
+/// A fresh unguessable token held by no store (see [`ResumeStore::new_token`]).
 pub fn new_token() -> String {
     let a: u128 = rand::rng().random();
     format!("{a:032x}")
@@ -284,5 +359,34 @@ mod tests {
         // Used up everywhere: the first gateway's local copy stays, but the directory's is gone.
         assert_eq!(b.take_shared("tok").await, None);
         assert_eq!(dir.take_resume("tok").await.unwrap(), None);
+    }
+
+    #[tokio::test]
+    async fn a_held_entry_lives_while_its_gateway_renews_and_is_taken_once() {
+        let dir: SharedDirectory = std::sync::Arc::new(plaza_directory::MemoryDirectory::new());
+        let ttl = Duration::from_millis(300);
+        let a = ResumeStore::with_directory(ttl, 10, dir.clone());
+        let b = ResumeStore::with_directory(ttl, 10, dir.clone());
+        let e = ResumeEntry {
+            session_id: 11,
+            wallet: "w".into(),
+            room: Some("r".into()),
+            entity: 6,
+        };
+        let tok = a.new_token();
+        assert_eq!(holder_of(&tok), Some(&a.holder[..]));
+        assert_eq!(holder_of("tok"), None);
+        a.share(&tok, &e);
+        // Written once; alive well past its TTL because gateway a renews its holder lease.
+        tokio::time::sleep(ttl * 3).await;
+        assert_eq!(b.take_shared(&tok).await, Some(e.clone()));
+        assert_eq!(b.take_shared(&tok).await, None);
+        // A gateway that stops renewing (killed): its entries lapse after one TTL.
+        let tok2 = a.new_token();
+        a.share(&tok2, &e);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        drop(a);
+        tokio::time::sleep(ttl * 2).await;
+        assert_eq!(b.take_shared(&tok2).await, None);
     }
 }

@@ -131,7 +131,7 @@ struct Session {
     /// This connection's registration in the session registry.
     registered: Option<(u64, u64)>,
     /// The room and entity last shared as this session's resume entry, and when.
-    shared_entry: Option<(String, u32, Instant)>,
+    shared_entry: Option<(String, u32)>,
     /// The admitted socket: its handshake deadline, its address's session and join limits.
     conn: Arc<Conn>,
 }
@@ -154,7 +154,8 @@ impl Session {
     }
 
     /// While the session is in a room, keeps its resume entry in the directory (written when
-    /// the room or entity changes, refreshed every third of the resume TTL): a gateway killed
+    /// the room or entity changes; the gateway renews all the entries it holds at once, see
+    /// [`crate::resume`]): a gateway killed
     /// with SIGKILL writes nothing at the end, and its clients still resume elsewhere with the
     /// same entity.
     fn share_resume_entry(&mut self) {
@@ -164,11 +165,11 @@ impl Session {
         if entity == 0 || self.core.is_moving() {
             return;
         }
-        let now = Instant::now();
-        let refresh = self.shared.resume.ttl() / 3;
-        if self.shared_entry.as_ref().is_some_and(|(r, e, at)| {
-            r == room && *e == entity && now.duration_since(*at) < refresh
-        }) {
+        if self
+            .shared_entry
+            .as_ref()
+            .is_some_and(|(r, e)| r == room && *e == entity)
+        {
             return;
         }
         let Some(ident) = self.core.identity() else {
@@ -183,7 +184,7 @@ impl Session {
                 entity,
             },
         );
-        self.shared_entry = Some((room.to_owned(), entity, now));
+        self.shared_entry = Some((room.to_owned(), entity));
     }
 
     async fn run(&mut self, stream: &mut SplitStream<WebSocket>) -> CloseCode {
@@ -559,7 +560,7 @@ async fn identify(shared: &Shared, neg: pb::Negotiate) -> Result<Identity, (Refu
                     wallet: entry.wallet,
                     // A fresh token: the presented one is used up (the session's live entry,
                     // shared in the directory while it is in a room, is under the new one).
-                    resume_token: crate::resume::new_token(),
+                    resume_token: shared.resume.new_token(),
                     room: entry.room.map(|r| (r, entry.entity)),
                 });
             }
@@ -574,7 +575,7 @@ async fn identify(shared: &Shared, neg: pb::Negotiate) -> Result<Identity, (Refu
     Ok(Identity {
         session_id: new_session_id(),
         wallet: ident.wallet,
-        resume_token: crate::resume::new_token(),
+        resume_token: shared.resume.new_token(),
         room: None,
     })
 }

@@ -799,17 +799,36 @@ impl PlazaConfig {
             let Some((scheme, rest)) = url.split_once("://") else {
                 return bad(
                     "directory.redis_url",
-                    "must be redis://, rediss:// or unix:// URL",
+                    "must be a redis://, rediss://, unix://, redis+cluster:// or redis+sentinel:// URL",
                 );
             };
-            if !matches!(scheme, "redis" | "rediss" | "unix" | "redis+unix") {
+            if !matches!(
+                scheme,
+                "redis"
+                    | "rediss"
+                    | "unix"
+                    | "redis+unix"
+                    | "redis+cluster"
+                    | "rediss+cluster"
+                    | "redis+sentinel"
+            ) {
                 return bad(
                     "directory.redis_url",
-                    "scheme must be redis, rediss or unix",
+                    "scheme must be redis, rediss, unix, redis+cluster, rediss+cluster or redis+sentinel",
                 );
             }
             let host = rest.rsplit_once('@').map_or(rest, |(_, h)| h);
-            let tcp = scheme == "redis" || scheme == "rediss";
+            let tcp = scheme != "unix" && scheme != "redis+unix";
+            if scheme == "redis+sentinel"
+                && host
+                    .split_once('/')
+                    .is_none_or(|(_, s)| s.trim_matches('/').is_empty())
+            {
+                return bad(
+                    "directory.redis_url",
+                    "a redis+sentinel:// URL names the service: redis+sentinel://host:port,…/SERVICE",
+                );
+            }
             if host.is_empty() || (tcp && host.starts_with('/')) {
                 return bad("directory.redis_url", "has no host");
             }
@@ -1248,6 +1267,38 @@ mod tests {
             assert!(bad.parse::<Address>().is_err(), "{bad}");
         }
         assert!("[::1]:7777".parse::<Address>().is_ok());
+    }
+
+    #[test]
+    fn redis_urls_of_every_kind_validate() {
+        let mut cfg = PlazaConfig::defaults();
+        for ok in [
+            "redis://redis:6379/0",
+            "rediss://:pw@redis:6380",
+            "unix:///run/redis.sock",
+            "redis+cluster://r1:7000,r2:7001,r3:7002",
+            "rediss+cluster://:pw@r1:7000",
+            "redis+sentinel://s1:26379,s2:26379/mymaster",
+        ] {
+            cfg.directory.redis_url = ok.into();
+            cfg.validate().unwrap_or_else(|e| panic!("{ok}: {e}"));
+        }
+        for bad in [
+            "http://redis:6379",
+            "redis+cluster://",
+            "redis+sentinel://s1:26379",
+            "redis+sentinel://s1:26379/",
+        ] {
+            cfg.directory.redis_url = bad.into();
+            assert!(cfg.validate().is_err(), "{bad}");
+        }
+        assert_eq!(
+            redact(
+                "directory.redis_url",
+                "redis+cluster://:s3cret@r1:7000,r2:7001"
+            ),
+            "redis+cluster://:***@r1:7000,r2:7001"
+        );
     }
 
     #[test]

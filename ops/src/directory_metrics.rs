@@ -19,7 +19,8 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
 /// Every operation label, in [`Directory`] order (pre-created so dashboards see zero series).
-pub const OPERATIONS: [&str; 25] = [
+
+pub const OPERATIONS: [&str; 29] = [
     "register_node",
     "deregister_node",
     "live_nodes",
@@ -45,6 +46,10 @@ pub const OPERATIONS: [&str; 25] = [
     "put_resume",
     "take_resume",
     "claim_once",
+    "renew_room",
+    "put_resume_held",
+    "renew_resume_holder",
+    "take_resume_held",
 ];
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -298,6 +303,43 @@ impl Directory for InstrumentedDirectory {
     }
     async fn claim_once(&self, key: &str, ttl_ms: u64) -> Result<bool, DirectoryError> {
         self.time(24, self.inner.claim_once(key, ttl_ms)).await
+    }
+    async fn renew_room(
+        &self,
+        room: &str,
+        node: &str,
+        epoch: Epoch,
+        ttl_ms: u64,
+        presence_ttl_ms: u64,
+    ) -> Result<(Placement, u32), DirectoryError> {
+        self.time(
+            25,
+            self.inner
+                .renew_room(room, node, epoch, ttl_ms, presence_ttl_ms),
+        )
+        .await
+    }
+    async fn put_resume_held(
+        &self,
+        holder: &str,
+        token: &str,
+        entry: Vec<u8>,
+        ttl_ms: u64,
+    ) -> Result<(), DirectoryError> {
+        self.time(26, self.inner.put_resume_held(holder, token, entry, ttl_ms))
+            .await
+    }
+    async fn renew_resume_holder(&self, holder: &str, ttl_ms: u64) -> Result<(), DirectoryError> {
+        self.time(27, self.inner.renew_resume_holder(holder, ttl_ms))
+            .await
+    }
+    async fn take_resume_held(
+        &self,
+        holder: &str,
+        token: &str,
+    ) -> Result<Option<Vec<u8>>, DirectoryError> {
+        self.time(28, self.inner.take_resume_held(holder, token))
+            .await
     }
 }
 

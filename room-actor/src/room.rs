@@ -1176,6 +1176,9 @@ fn spawn_directory_writer(
     } = w;
     let task = tokio::spawn(async move {
         let presence_ttl_ms = presence_ttl.as_millis() as u64;
+        // Every lease renewal renews the presence of all of this activation's entries in the
+        // same store operation (one per room per period, whatever the number of members).
+        lease.set_presence_ttl(Some(presence_ttl));
         let period = lease.renew_every().min(presence_ttl / 3);
         let mut renew = tokio::time::interval_at(Instant::now() + period, period);
         renew.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -1256,18 +1259,11 @@ fn spawn_directory_writer(
                     }
                 }
                 _ = renew.tick() => {
+                    let sent = unix_ms();
                     match lease.renew_or_reclaim(&*dir).await {
                         Ok(Renewal::Renewed) => {
                             activation.set_lease(&lease);
-                            let epoch = lease.epoch();
-                            let sent = unix_ms();
-                            match dir.presence_renew(&node, &room, epoch, presence_ttl_ms).await {
-                                Ok(_) => events.commit(&room, epoch, sent, unix_ms(), "renew"),
-                                Err(e) => {
-                                    tracing::warn!(room = %room, error = %e, "presence renew failed");
-                                    metrics.directory_error(e.code());
-                                }
-                            }
+                            events.commit(&room, lease.epoch(), sent, unix_ms(), "renew");
                         }
                         Ok(Renewal::Reclaimed { old }) => {
                             let epoch = lease.epoch();

@@ -541,4 +541,23 @@ impl Directory for Remote {
     async fn claim_once(&self, _key: &str, _ttl_ms: u64) -> Result<bool, DirectoryError> {
         Err(not_in_sim("claim_once"))
     }
+    async fn put_resume_held(
+        &self,
+        _holder: &str,
+        _token: &str,
+        _entry: Vec<u8>,
+        _ttl_ms: u64,
+    ) -> Result<(), DirectoryError> {
+        Err(not_in_sim("put_resume_held"))
+    }
+    async fn renew_resume_holder(&self, _holder: &str, _ttl_ms: u64) -> Result<(), DirectoryError> {
+        Err(not_in_sim("renew_resume_holder"))
+    }
+    async fn take_resume_held(
+        &self,
+        _holder: &str,
+        _token: &str,
+    ) -> Result<Option<Vec<u8>>, DirectoryError> {
+        Err(not_in_sim("take_resume_held"))
+    }
 }

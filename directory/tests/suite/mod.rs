@@ -669,6 +669,40 @@ pub async fn handoff_roundtrip(env: &dyn Env) {
     );
 }
 
+pub async fn held_resume_entries_live_with_their_holder(env: &dyn Env) {
+    let d = env.dir();
+    let short = env.short_ttl();
+    assert_eq!(d.take_resume_held("g1", "t1").await.unwrap(), None);
+    d.put_resume_held("g1", "t1", vec![1], short).await.unwrap();
+    d.put_resume_held("g1", "t2", vec![2], short).await.unwrap();
+    d.put_resume_held("g2", "t1", vec![9], short).await.unwrap();
+    // One renewal of the holder keeps every entry it holds.
+    env.elapse(short / 2).await;
+    d.renew_resume_holder("g1", LONG).await.unwrap();
+    env.elapse(short / 2 + 1).await;
+    assert_eq!(d.take_resume_held("g1", "t1").await.unwrap(), Some(vec![1]));
+    assert_eq!(d.take_resume_held("g1", "t1").await.unwrap(), None);
+    // A holder that stopped renewing (a killed gateway): its entries lapsed.
+    assert_eq!(d.take_resume_held("g2", "t1").await.unwrap(), None);
+    d.renew_resume_holder("g2", LONG).await.unwrap();
+    assert_eq!(d.take_resume_held("g2", "t1").await.unwrap(), None);
+    assert_eq!(d.take_resume_held("g1", "t2").await.unwrap(), Some(vec![2]));
+    // Held entries are not plain ones.
+    d.put_resume_held("g1", "t3", vec![3], LONG).await.unwrap();
+    assert_eq!(d.take_resume("t3").await.unwrap(), None);
+    assert_eq!(
+        d.put_resume_held("", "t", vec![], LONG)
+            .await
+            .unwrap_err()
+            .code(),
+        "invalid"
+    );
+    assert_eq!(
+        d.renew_resume_holder("g1", 0).await.unwrap_err().code(),
+        "invalid"
+    );
+}
+
 pub async fn resume_entries_taken_once_and_expire(env: &dyn Env) {
     let d = env.dir();
     assert_eq!(d.take_resume("tok-a").await.unwrap(), None);
@@ -805,6 +839,50 @@ macro_rules! suite_tests {
     };
 }
 
+/// Every case, one after another, each on a fresh environment from `$make` (for a backend
+/// whose environment is costly to start many times at once, e.g. a Redis Cluster); returns
+/// how many ran.
+#[macro_export]
+macro_rules! run_all_suite_cases {
+    ($make:expr) => {{
+        let mut n = 0usize;
+        $crate::run_all_suite_cases!(@each $make, n,
+            nodes_heartbeat_and_expiry,
+            place_policy,
+            claim_renew_conflict_release,
+            lease_expiry_gives_new_epoch,
+            concurrent_claims_single_winner,
+            presence_register_add_release,
+            presence_fencing,
+            presence_lease_expiry_renew_sweep,
+            dead_node_presence_expires,
+            entity_conflict_and_stale_eviction,
+            reregister_moves_rooms,
+            peers_filter,
+            profile_dedup,
+            audit_gap_free_and_fenced,
+            audit_concurrent_appends,
+            handoff_roundtrip,
+            resume_entries_taken_once_and_expire,
+            one_time_claims_first_wins_and_expire,
+            held_resume_entries_live_with_their_holder,
+            rejects_invalid_input,
+            odd_ids_are_opaque,
+        );
+        n
+    }};
+    (@each $make:expr, $n:ident, $($case:ident),* $(,)?) => {
+        $(
+            {
+                let env = $make.await;
+                eprintln!("suite case {}", stringify!($case));
+                suite::$case(&env).await;
+                $n += 1;
+            }
+        )*
+    };
+}
+
 /// Every case name, for the backends' test files.
 #[macro_export]
 macro_rules! all_suite_tests {
@@ -829,6 +907,7 @@ macro_rules! all_suite_tests {
             handoff_roundtrip,
             resume_entries_taken_once_and_expire,
             one_time_claims_first_wins_and_expire,
+            held_resume_entries_live_with_their_holder,
             rejects_invalid_input,
             odd_ids_are_opaque,
         );

@@ -1,0 +1,5 @@
+-- Room. Removes and returns the handoff snapshot.
+local f = redis.call('HMGET', K_HANDOFF, 'era', 'counter', 'state')
+if not f[1] then return {'none'} end
+redis.call('DEL', K_HANDOFF)
+return {'ok', tonumber(f[1]), tonumber(f[2]), f[3]}
