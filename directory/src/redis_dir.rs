@@ -86,6 +86,8 @@ use crate::{Directory, MAX_AUDIT_READ, MAX_ID_LEN, PROFILE_ORPHAN_GRACE_MS, poli
 const LUA_MAX_INT: u64 = (1 << 53) - 1;
 /// Index items one sweep step reads.
 const SWEEP_BATCH: u32 = 500;
+/// How long a sweeper holds the index items it is looking at (others skip them), ms.
+const SWEEP_LEASE_MS: u64 = 5_000;
 /// Most sweep steps of one [`Directory::sweep`] call (bounds one call's work).
 const SWEEP_STEPS: u32 = 64;
 
@@ -623,7 +625,11 @@ impl RedisDirectory {
     async fn sweep_step(&self) -> Result<(u32, bool), DirectoryError> {
         let due = self.due_key();
         let r = self
-            .run(&self.s.due, &[&due], &[&num(u64::from(SWEEP_BATCH))])
+            .run(
+                &self.s.due,
+                &[&due],
+                &[&num(u64::from(SWEEP_BATCH)), &num(SWEEP_LEASE_MS)],
+            )
             .await?;
         let items = array(&r, 1)?;
         let mut removed = 0u32;

@@ -38,11 +38,18 @@ end
 local function enc(m)
   return table.concat({m.ent, s(m.src), s(m.pv), s(m.era), s(m.ctr), s(m.u), s(m.chain), m.node}, ',')
 end
--- The activation record of a member's epoch: deadline, chain id.
+-- The activation record of a member's epoch: deadline, chain id (read once per script per
+-- activation: a scan over a room's members costs one HMGET per activation, not per member).
+local act_cache = {}
 local function act_of(m)
   local id = act_id(m.era, m.ctr)
-  local a = redis.call('HMGET', K_ACT, id .. ':d', id .. ':c')
-  return tonumber(a[1] or '0'), tonumber(a[2] or '0')
+  local c = act_cache[id]
+  if not c then
+    local a = redis.call('HMGET', K_ACT, id .. ':d', id .. ':c')
+    c = {tonumber(a[1] or '0'), tonumber(a[2] or '0')}
+    act_cache[id] = c
+  end
+  return c[1], c[2]
 end
 -- The member's lease end if it is live at `now`, else nil; and whether it is chained.
 local function live_until(m, now)
@@ -99,5 +106,6 @@ local function renew_presence(era, ctr, ttl, now)
     redis.call('DEL', K_PEND)
   end
   redis.call('HSET', K_ACT, id .. ':d', s(d), id .. ':c', s(c), id .. ':n', s(n), id .. ':p', '0')
+  act_cache[id] = {d, c}
   return n
 end
