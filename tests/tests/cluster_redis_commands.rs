@@ -36,7 +36,7 @@ fn command_calls(info: &str) -> BTreeMap<String, u64> {
 async fn directory_commands_scale_with_rooms_not_members() {
     let c = Cluster::start(ClusterOpts::default()).await.unwrap();
     let window = Duration::from_secs(20);
-    let cfg = c.load_config(60, 6, "rc-", 20 + 20);
+    let cfg = c.load_config(60, 6, "rc-", 75);
     let (bots, rooms) = (cfg.bots, cfg.rooms);
     let load = tokio::spawn(plaza_load::run(cfg));
     c.wait_all_online(bots).await;
