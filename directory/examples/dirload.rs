@@ -97,15 +97,10 @@ async fn main() {
     for r in 0..rooms {
         let node = format!("n{}", r % nodes.max(1));
         let room = format!("room-{r}");
-        let mut lease = RoomLease::claim(
-            &*dir,
-            &room,
-            &node,
-            lease_ttl,
-            Duration::from_millis(1000),
-        )
-        .await
-        .expect("claim");
+        let mut lease =
+            RoomLease::claim(&*dir, &room, &node, lease_ttl, Duration::from_millis(1000))
+                .await
+                .expect("claim");
         lease.set_presence_ttl(Some(presence_ttl));
         for m in 0..members {
             let e = PresenceEntry {
