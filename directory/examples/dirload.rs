@@ -53,7 +53,7 @@ fn total_calls(info: &str) -> (u64, Vec<(String, u64)>) {
         })
         .filter(|(n, _)| n != "info" && n != "config")
         .collect();
-    v.sort_by(|a, b| b.1.cmp(&a.1));
+    v.sort_by_key(|e| std::cmp::Reverse(e.1));
     (v.iter().map(|(_, n)| n).sum(), v)
 }
 

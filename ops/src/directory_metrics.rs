@@ -19,7 +19,6 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
 /// Every operation label, in [`Directory`] order (pre-created so dashboards see zero series).
-
 pub const OPERATIONS: [&str; 29] = [
     "register_node",
     "deregister_node",
