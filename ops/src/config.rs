@@ -264,6 +264,7 @@ pub struct RoomSection {
     pub empty_grace_ms: u64,
     pub max_catch_up: u32,
     pub presence_ttl_ms: u64,
+    pub checkpoint_interval_ms: u64,
     pub definition: String,
 }
 
@@ -929,6 +930,7 @@ impl PlazaConfig {
             empty_grace: Duration::from_millis(r.empty_grace_ms),
             presence_ttl: Duration::from_millis(r.presence_ttl_ms),
             rooms: plaza_room_core::RoomRegistry::new(rules),
+            checkpoint_interval: Duration::from_millis(r.checkpoint_interval_ms),
         })
     }
 

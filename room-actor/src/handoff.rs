@@ -68,11 +68,23 @@ pub struct HandedOff {
     pub members: Vec<HandedOffMember>,
     /// The room core's state, when the writer could take one.
     pub room: Option<RoomState>,
+    /// The writer's last appended audit sequence number (0: none known).
+    pub audit_seq: u64,
 }
 
 /// Encodes a handoff state of `room_id`: `members` pair sessions with wallets; `room` is the
 /// core's state (`None`: members and entities only).
 pub fn encode(room_id: &str, members: &[HandedOffMember], room: Option<&RoomState>) -> Vec<u8> {
+    encode_at(room_id, members, room, 0)
+}
+
+/// [`encode`], recording `audit_seq`: the last audit record the writer had appended.
+pub fn encode_at(
+    room_id: &str,
+    members: &[HandedOffMember],
+    room: Option<&RoomState>,
+    audit_seq: u64,
+) -> Vec<u8> {
     Handoff {
         room_id: room_id.to_owned(),
         members: members
@@ -86,6 +98,7 @@ pub fn encode(room_id: &str, members: &[HandedOffMember], room: Option<&RoomStat
         room_state: room
             .map(|r| room_state(r).encode_to_vec().into())
             .unwrap_or_default(),
+        audit_seq,
     }
     .encode_to_vec()
 }
@@ -115,7 +128,95 @@ pub fn decode(room_id: &str, bytes: &[u8]) -> Result<HandedOff, HandoffError> {
         let snap = core_state(room_id, s)?;
         Some(snap)
     };
-    Ok(HandedOff { members, room })
+    Ok(HandedOff {
+        members,
+        room,
+        audit_seq: h.audit_seq,
+    })
+}
+
+/// What [`fold_audit`] did to a checkpoint's consents.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct AuditFold {
+    /// Consent records of the writer after the checkpoint that were applied.
+    pub replayed: usize,
+    /// Consents of the checkpoint the audit shows ended since: not brought back.
+    pub ended: usize,
+    /// Consents the audit shows opened or moved on since the checkpoint.
+    pub changed: usize,
+    /// The highest audit sequence number read (the log's head as far as it was read).
+    pub last_seq: u64,
+}
+
+/// Folds into a checkpoint's room state the consent transitions that its writer (the
+/// activation of epoch `writer`) appended to the audit log after the checkpoint
+/// (`seq > after_seq`): the audit log is the truth. A consent the audit shows ended is not
+/// brought back; one it shows opened or moved on is restored in its audited state (parties,
+/// kind and state are all in the record). Records of other epochs, non-consent records and
+/// records that do not parse are skipped (they are read, not trusted).
+pub fn fold_audit(
+    snap: &mut RoomState,
+    writer: plaza_directory::Epoch,
+    after_seq: u64,
+    records: &[plaza_directory::AuditRecord],
+) -> AuditFold {
+    let mut fold = AuditFold {
+        last_seq: after_seq,
+        ..AuditFold::default()
+    };
+    for r in records {
+        fold.last_seq = fold.last_seq.max(r.seq);
+        if r.seq <= after_seq || r.epoch != writer || !r.kind.starts_with("consent.") {
+            continue;
+        }
+        let Some(c) = consent_of_record(&r.detail, snap.now_ms) else {
+            continue;
+        };
+        fold.replayed += 1;
+        snap.consent_last_id = snap.consent_last_id.max(c.id);
+        let at = snap.consents.iter().position(|o| o.id == c.id);
+        match (at, c.state.is_terminal()) {
+            (Some(i), true) => {
+                snap.consents.remove(i);
+                fold.ended += 1;
+            }
+            (Some(i), false) => {
+                snap.consents[i] = c;
+                fold.changed += 1;
+            }
+            (None, false) => {
+                snap.consents.push(c);
+                fold.changed += 1;
+            }
+            (None, true) => {}
+        }
+    }
+    snap.consents.sort_by_key(|c| c.id);
+    fold
+}
+
+/// The consent a `consent.*` audit record describes (its `to` state), if it parses.
+fn consent_of_record(detail: &str, now_ms: u64) -> Option<Consent> {
+    let v: serde_json::Value = serde_json::from_str(detail).ok()?;
+    let num = |k: &str| v.get(k).and_then(serde_json::Value::as_u64);
+    let text = |k: &str| v.get(k).and_then(serde_json::Value::as_str);
+    let state = ConsentState::ALL
+        .into_iter()
+        .find(|s| Some(s.as_str()) == text("to"))?;
+    Some(Consent {
+        id: num("consent_id")?,
+        kind: ConsentKind::parse(text("kind")?)?,
+        requester: Party {
+            session: num("requester_session")?,
+            entity: u32::try_from(num("requester")?).ok()?,
+        },
+        target: Party {
+            session: num("target_session")?,
+            entity: u32::try_from(num("target")?).ok()?,
+        },
+        state,
+        since_ms: now_ms,
+    })
 }
 
 fn v3(v: [f32; 3]) -> Option<pbn::Vec3f> {
@@ -638,5 +739,63 @@ mod tests {
             }
             let _ = decode("r", &bytes);
         }
+    }
+
+    fn record(seq: u64, epoch: plaza_directory::Epoch, kind: &str, detail: &str) -> plaza_directory::AuditRecord {
+        plaza_directory::AuditRecord {
+            room: "r".into(),
+            seq,
+            epoch,
+            at_ms: 0,
+            kind: kind.into(),
+            detail: detail.into(),
+        }
+    }
+
+    fn transition(id: u64, kind: &str, req: (u64, u32), tgt: (u64, u32), from: &str, to: &str) -> String {
+        format!(
+            r#"{{"consent_id":{id},"kind":"{kind}","requester":{},"requester_session":{},"target":{},"target_session":{},"from":"{from}","to":"{to}","cause":"x","tick":1}}"#,
+            req.1, req.0, tgt.1, tgt.0
+        )
+    }
+
+    /// A checkpoint's consents are brought up to what the writer audited after it: ended ones
+    /// stay ended, moved-on ones take their audited state, newly opened ones come back; other
+    /// epochs' records, records before the checkpoint and junk are skipped.
+    #[test]
+    fn the_audit_log_after_a_checkpoint_is_folded_into_its_consents() {
+        let writer = plaza_directory::Epoch::new(1, 7);
+        let other = plaza_directory::Epoch::new(1, 6);
+        let mut snap = sample();
+        let recs = vec![
+            // Before the checkpoint: ignored even though it would end consent 2.
+            record(40, writer, "consent.released", &transition(2, "hand_hold", (11, 1), (12, 2), "active", "released")),
+            // Consent 3 (requested in the checkpoint) was declined after it.
+            record(42, writer, "consent.declined", &transition(3, "follow", (12, 2), (11, 1), "requested", "declined")),
+            // A new consent 4 was requested and consented after it.
+            record(43, writer, "consent.requested", &transition(4, "follow", (11, 1), (12, 2), "", "requested")),
+            record(44, writer, "consent.consented", &transition(4, "follow", (11, 1), (12, 2), "requested", "consented")),
+            // Another epoch's record (not the writer's) and a refusal and junk: skipped.
+            record(45, other, "consent.released", &transition(2, "hand_hold", (11, 1), (12, 2), "active", "released")),
+            record(46, writer, "consent.refused", r#"{"consent_id":9,"reason":"blocked"}"#),
+            record(47, writer, "consent.active", "not json"),
+            record(48, writer, "admin.kick", "{}"),
+        ];
+        let fold = fold_audit(&mut snap, writer, 41, &recs);
+        assert_eq!(fold.last_seq, 48);
+        assert_eq!(fold.replayed, 3, "{fold:?}");
+        assert_eq!(fold.ended, 1);
+        assert_eq!(fold.changed, 2);
+        let ids: Vec<(u64, ConsentState)> = snap.consents.iter().map(|c| (c.id, c.state)).collect();
+        assert_eq!(ids, vec![(2, ConsentState::Active), (4, ConsentState::Consented)]);
+        assert_eq!(snap.consent_last_id, 4);
+        let c4 = snap.consents[1];
+        assert_eq!(c4.kind, ConsentKind::Follow);
+        assert_eq!((c4.requester.session, c4.requester.entity), (11, 1));
+        assert_eq!((c4.target.session, c4.target.entity), (12, 2));
+        assert_eq!(c4.since_ms, snap.now_ms);
+        // The checkpoint's audit sequence number travels with the handoff.
+        let bytes = encode_at("r", &[], Some(&snap), 48);
+        assert_eq!(decode("r", &bytes).unwrap().audit_seq, 48);
     }
 }

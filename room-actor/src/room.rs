@@ -46,6 +46,10 @@ pub struct RoomActorConfig {
     /// Per-room definitions: the first rule matching a room's id replaces `room` for that
     /// room ([`RoomActorConfig::for_room`]).
     pub rooms: plaza_room_core::RoomRegistry,
+    /// How often the room checkpoints its state (the handoff state) to the directory under its
+    /// epoch, so the next activation after a crash restores held props and open consents;
+    /// zero turns checkpoints off.
+    pub checkpoint_interval: Duration,
 }
 
 impl Default for RoomActorConfig {
@@ -56,6 +60,7 @@ impl Default for RoomActorConfig {
             empty_grace: Duration::from_secs(10),
             presence_ttl: Duration::from_secs(15),
             rooms: plaza_room_core::RoomRegistry::default(),
+            checkpoint_interval: DEFAULT_CHECKPOINT_INTERVAL,
         }
     }
 }
@@ -76,6 +81,9 @@ impl RoomActorConfig {
         }
     }
 }
+
+/// The shipped checkpoint interval (`room.checkpoint_interval_ms`).
+pub const DEFAULT_CHECKPOINT_INTERVAL: Duration = Duration::from_secs(5);
 
 /// Messages a room actor handles.
 #[derive(Debug)]
@@ -148,11 +156,12 @@ pub struct RoomArgs {
     pub activation: Arc<Activation>,
     /// Where activations and directory commits are logged (may be disabled).
     pub events: EventLog,
-    /// The handoff state the previous activation left (a drain), if any: an encoded
-    /// `plaza.node.v1.Handoff`. The room restores the core state it carries; each
-    /// handed-off member waits for its session to re-attach (for `presence_ttl`) and leaves if
-    /// it does not.
-    pub handoff: Option<Vec<u8>>,
+    /// The handoff state the previous activation left (a drain, or its last checkpoint if it
+    /// crashed), if any, with the epoch that wrote it: an encoded `plaza.node.v1.Handoff`. The
+    /// room restores the core state it carries (a checkpoint brought up to date from the
+    /// writer's later audit records); each handed-off member waits for its session to re-attach
+    /// (for `presence_ttl`) and leaves if it does not.
+    pub handoff: Option<(Epoch, Vec<u8>)>,
 }
 
 /// A handed-off member whose session has not re-attached to this activation yet.
@@ -246,6 +255,11 @@ pub struct RoomState {
     admin: admin::AdminSide,
     /// Test mode: authoritative poses per step (`PLAZA_RECORD_POSES`, [`crate::record`]).
     poses: Option<crate::record::PoseRecorder>,
+    /// The directory's sequence number of the last audit record appended (or replayed) by
+    /// this activation: checkpoints carry it.
+    last_audit_seq: u64,
+    /// When the last checkpoint was taken.
+    last_checkpoint: Instant,
 }
 
 /// A room whose lease is unconfirmed waits at most this many lease TTLs, frozen, before it
@@ -282,6 +296,11 @@ enum PresenceOp {
         wallet: String,
         version: u64,
     },
+    /// A checkpoint of the room's state (an encoded handoff state): stored under the epoch.
+    Checkpoint(Vec<u8>),
+    /// The room closes because it is empty: its checkpoint is deleted, so the next activation
+    /// starts fresh instead of waiting for members who left.
+    DropCheckpoint,
 }
 
 impl Actor for RoomActor {
@@ -331,9 +350,9 @@ impl Actor for RoomActor {
         });
         args.metrics.rooms.inc();
         let mut room = Room::new(args.room_id.clone(), args.cfg.room.clone());
-        let (awaited, time_base_ms) = match &args.handoff {
-            Some(bytes) => restore_handoff(&mut room, &args, bytes),
-            None => (HashMap::new(), 0),
+        let (awaited, time_base_ms, last_audit_seq) = match &args.handoff {
+            Some((writer, bytes)) => restore_handoff(&mut room, &args, *writer, bytes).await,
+            None => (HashMap::new(), 0, 0),
         };
         Ok(RoomState {
             room,
@@ -367,6 +386,8 @@ impl Actor for RoomActor {
             last_logged_broadcast: None,
             admin: Default::default(),
             poses: crate::record::PoseRecorder::from_env(),
+            last_audit_seq,
+            last_checkpoint: Instant::now(),
         })
     }
 
@@ -478,11 +499,14 @@ impl Actor for RoomActor {
                     if since.elapsed() >= state.cfg.empty_grace {
                         tracing::info!(room = %state.room_id, "room empty past its grace period, stopping");
                         state.metrics.placement("stopped_empty");
+                        let _ = state.presence.send(PresenceOp::DropCheckpoint);
                         myself.stop(Some("empty".into()));
+                        return Ok(());
                     }
                 } else {
                     state.empty_since = None;
                 }
+                state.maybe_checkpoint();
             }
             RoomMsg::Handoff(reply) => {
                 if !state.frozen {
@@ -491,6 +515,8 @@ impl Actor for RoomActor {
                         state.step_now().instrument(span).await?;
                     }
                     state.frozen = true;
+                    // No checkpoint written after this one may replace the handoff state.
+                    state.activation.freeze();
                 }
                 let _ = reply.send(state.handoff_bytes());
             }
@@ -671,7 +697,30 @@ impl RoomState {
             )
             .collect();
         members.sort_by_key(|m| m.session);
-        crate::handoff::encode(&self.room_id, &members, Some(&self.room.save_state()))
+        crate::handoff::encode_at(
+            &self.room_id,
+            &members,
+            Some(&self.room.save_state()),
+            self.last_audit_seq,
+        )
+    }
+
+    /// Checkpoints the room's state when one is due: the handoff state, written by the directory
+    /// writer under the epoch (in order with the room's other directory writes, and only
+    /// while the lease is surely held).
+    fn maybe_checkpoint(&mut self) {
+        let every = self.cfg.checkpoint_interval;
+        if every.is_zero()
+            || self.frozen
+            || self.last_checkpoint.elapsed() < every
+            || !self.activation.may_commit()
+        {
+            return;
+        }
+        self.last_checkpoint = Instant::now();
+        let _ = self
+            .presence
+            .send(PresenceOp::Checkpoint(self.handoff_bytes()));
     }
 
     /// Runs the steps and the broadcast wall time says are due (at least one step if `force`).
@@ -786,6 +835,7 @@ impl RoomState {
             );
             match tokio::time::timeout(Duration::from_secs(2), append).await {
                 Ok(Ok(seq)) => {
+                    self.last_audit_seq = self.last_audit_seq.max(seq);
                     tracing::debug!(room = %self.room_id, local_seq, seq, kind, "audit appended");
                     self.metrics.audit_appended.inc();
                 }
@@ -1076,6 +1126,11 @@ pub struct Activation {
     members: std::sync::Mutex<BTreeMap<String, u32>>,
     epoch: std::sync::Mutex<Epoch>,
     commit_until: std::sync::Mutex<Instant>,
+    /// The room gave its handoff state (a drain): no checkpoint is stored after that.
+    frozen: std::sync::atomic::AtomicBool,
+    /// Held around every store of this room's handoff state (checkpoints by the writer, the
+    /// drain's by the supervisor), so the two are ordered.
+    handoff_lock: tokio::sync::Mutex<()>,
 }
 
 impl Activation {
@@ -1085,7 +1140,24 @@ impl Activation {
             members: std::sync::Mutex::new(BTreeMap::new()),
             epoch: std::sync::Mutex::new(lease.epoch()),
             commit_until: std::sync::Mutex::new(Instant::now() + lease.remaining()),
+            frozen: std::sync::atomic::AtomicBool::new(false),
+            handoff_lock: tokio::sync::Mutex::new(()),
         }
+    }
+
+    /// Marks the room handed off: checkpoints stop.
+    pub fn freeze(&self) {
+        self.frozen.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// Whether the room gave its handoff state.
+    pub fn is_frozen(&self) -> bool {
+        self.frozen.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// The lock every store of the room's handoff state holds.
+    pub fn handoff_lock(&self) -> &tokio::sync::Mutex<()> {
+        &self.handoff_lock
     }
 
     /// True while the activation's lease is surely held (its local deadline, which ends a
@@ -1201,6 +1273,39 @@ fn spawn_directory_writer(
             tokio::select! {
                 op = rx.recv() => {
                     let Some(op) = op else { break };
+                    match op {
+                        PresenceOp::Checkpoint(bytes) => {
+                            // Under the handoff lock: a drain's handoff state, stored after the
+                            // room froze, is never replaced by an older checkpoint.
+                            let _guard = activation.handoff_lock().lock().await;
+                            if activation.is_frozen() || !lease.may_commit() {
+                                continue;
+                            }
+                            let epoch = lease.epoch();
+                            let sent = unix_ms();
+                            match dir.put_handoff(&room, epoch, bytes).await {
+                                Ok(()) => {
+                                    metrics.placement("checkpointed");
+                                    events.commit(&room, epoch, sent, unix_ms(), "checkpoint");
+                                }
+                                Err(e) => {
+                                    tracing::warn!(room = %room, error = %e, "checkpoint not stored");
+                                    metrics.directory_error(e.code());
+                                }
+                            }
+                            continue;
+                        }
+                        PresenceOp::DropCheckpoint => {
+                            let _guard = activation.handoff_lock().lock().await;
+                            if !activation.is_frozen() && lease.may_commit() {
+                                if let Err(e) = dir.take_handoff(&room).await {
+                                    metrics.directory_error(e.code());
+                                }
+                            }
+                            continue;
+                        }
+                        _ => {}
+                    }
                     if let PresenceOp::Announce { wallet, version } = &op {
                         // The profile version travels to the directory (its own dedup keeps
                         // the highest); a write that cannot be committed now is not retried:
@@ -1226,7 +1331,9 @@ fn spawn_directory_writer(
                             activation.set_member(wallet, None);
                             ("release", wallet.clone(), None)
                         }
-                        PresenceOp::Announce { .. } => continue,
+                        PresenceOp::Announce { .. }
+                        | PresenceOp::Checkpoint(_)
+                        | PresenceOp::DropCheckpoint => continue,
                     };
                     // The newest write of a wallet supersedes one waiting for a retry.
                     retry.remove(&wallet);
@@ -1245,7 +1352,9 @@ fn spawn_directory_writer(
                             .presence_release(&wallet, Sources::ROOM, epoch)
                             .await
                             .map(|_| ()),
-                        PresenceOp::Announce { .. } => Ok(()),
+                        PresenceOp::Announce { .. }
+                        | PresenceOp::Checkpoint(_)
+                        | PresenceOp::DropCheckpoint => Ok(()),
                     };
                     match res {
                         Ok(()) => events.commit(&room, epoch, sent, unix_ms(), what),
@@ -1376,30 +1485,93 @@ pub fn unix_ms() -> u64 {
         .map_or(0, |d| d.as_millis() as u64)
 }
 
-/// Restores the room from a handoff state; returns the handed-off members to wait for and
-/// the room time to continue from. A handoff that does not decode is logged and skipped: the
-/// room starts fresh and resumed sessions join with the entity their gateway remembers.
-fn restore_handoff(
+/// Restores the room from a handoff state written by the activation of epoch `writer`;
+/// returns the handed-off members to wait for, the room time to continue from and the audit
+/// sequence number the room's log stands at. A handoff that does not decode is logged and
+/// skipped: the room starts fresh and resumed sessions join with the entity their gateway
+/// remembers.
+///
+/// A checkpoint may be older than the writer's last audit records (it crashed between two
+/// checkpoints): the audit log is the truth, so the consent records the writer appended after
+/// the checkpoint are folded in first ([`crate::handoff::fold_audit`]) — a consent the audit
+/// shows ended is not brought back — and a consent the audit shows open that the room cannot
+/// restore (a party is not in the state) gets the record that ends it. If the log cannot be
+/// read, no consent is brought back.
+async fn restore_handoff(
     room: &mut Room,
     args: &RoomArgs,
+    writer: Epoch,
     bytes: &[u8],
-) -> (HashMap<SessionId, Awaited>, u64) {
+) -> (HashMap<SessionId, Awaited>, u64, u64) {
     let h = match crate::handoff::decode(&args.room_id, bytes) {
         Ok(h) => h,
         Err(e) => {
             tracing::warn!(room = %args.room_id, error = %e, "handoff state not usable; the room starts fresh");
             args.metrics.placement("handoff_unusable");
-            return (HashMap::new(), 0);
+            return (HashMap::new(), 0, 0);
         }
     };
-    let Some(snap) = h.room else {
-        return (HashMap::new(), 0);
+    let Some(mut snap) = h.room else {
+        return (HashMap::new(), 0, h.audit_seq);
+    };
+    let last_audit_seq = match read_audit_after(args, h.audit_seq).await {
+        Ok(records) => {
+            let fold = crate::handoff::fold_audit(&mut snap, writer, h.audit_seq, &records);
+            if fold.replayed > 0 {
+                tracing::info!(room = %args.room_id, replayed = fold.replayed, ended = fold.ended,
+                    changed = fold.changed, "audit records after the checkpoint folded into it");
+            }
+            fold.last_seq
+        }
+        Err(e) => {
+            tracing::warn!(room = %args.room_id, error = %e,
+                "audit log unreadable; the handoff state's consents are not brought back");
+            args.metrics.directory_error(e.code());
+            snap.consents.clear();
+            h.audit_seq
+        }
     };
     let now_ms = snap.now_ms;
     let sessions: Vec<SessionId> = snap.members.iter().map(|m| m.session).collect();
+    let audited_open = snap.consents.clone();
     let dropped = room.restore(snap);
     if dropped > 0 {
         tracing::warn!(room = %args.room_id, dropped, "handoff state had inconsistent entries; they were dropped");
+    }
+    // Consents the audit shows open that the room could not keep: their closing records.
+    let kept: std::collections::BTreeSet<u64> =
+        room.save_state().consents.iter().map(|c| c.id).collect();
+    let mut last_audit_seq = last_audit_seq;
+    for c in audited_open.iter().filter(|c| !kept.contains(&c.id)) {
+        let to = if c.state == plaza_room_core::consent::ConsentState::Active {
+            "released"
+        } else {
+            "cancelled"
+        };
+        let detail = serde_json::json!({
+            "consent_id": c.id,
+            "kind": c.kind.as_str(),
+            "requester": c.requester.entity,
+            "requester_session": c.requester.session,
+            "target": c.target.entity,
+            "target_session": c.target.session,
+            "from": c.state.as_str(),
+            "to": to,
+            "cause": "restore",
+        })
+        .to_string();
+        let append = args.directory.audit_append(
+            &args.room_id,
+            args.epoch,
+            &format!("consent.{to}"),
+            &detail,
+            unix_ms(),
+        );
+        match tokio::time::timeout(Duration::from_secs(2), append).await {
+            Ok(Ok(seq)) => last_audit_seq = last_audit_seq.max(seq),
+            Ok(Err(e)) => args.metrics.directory_error(e.code()),
+            Err(_) => args.metrics.directory_error("timeout"),
+        }
     }
     let deadline = Instant::now() + args.cfg.presence_ttl;
     let mut awaited = HashMap::new();
@@ -1422,5 +1594,34 @@ fn restore_handoff(
         }
     }
     tracing::info!(room = %args.room_id, members = awaited.len(), "room state restored from the handoff state");
-    (awaited, now_ms)
+    (awaited, now_ms, last_audit_seq)
+}
+
+/// Most audit records read to bring a checkpoint up to date (pages of 1,000).
+const MAX_AUDIT_REPLAY: usize = 20_000;
+
+/// The room's audit records after `seq` (bounded by [`MAX_AUDIT_REPLAY`]; each read bounded
+/// by 2 s).
+async fn read_audit_after(
+    args: &RoomArgs,
+    seq: u64,
+) -> Result<Vec<plaza_directory::AuditRecord>, plaza_directory::DirectoryError> {
+    const PAGE: usize = 1_000;
+    let mut out = Vec::new();
+    let mut from = seq + 1;
+    while out.len() < MAX_AUDIT_REPLAY {
+        let read = args.directory.audit_read(&args.room_id, from, PAGE);
+        let page = tokio::time::timeout(Duration::from_secs(2), read)
+            .await
+            .map_err(|_| plaza_directory::DirectoryError::Unavailable("audit read timed out".into()))??;
+        let n = page.len();
+        if let Some(last) = page.last() {
+            from = last.seq + 1;
+        }
+        out.extend(page);
+        if n < PAGE {
+            break;
+        }
+    }
+    Ok(out)
 }

@@ -219,11 +219,12 @@ impl RoomsState {
         let a = &self.args;
         let epoch = lease.epoch();
         a.events.activate(room, epoch, &a.node_id);
-        // A drained room's previous activation left its state; older epochs only.
+        // The previous activation left its state (a drain's handoff, or the last checkpoint
+        // of one that crashed); older epochs only.
         let handoff = match a.directory.take_handoff(room).await {
             Ok(Some((e, bytes))) if e < epoch => {
                 a.metrics.placement("handoff_taken");
-                Some(bytes)
+                Some((e, bytes))
             }
             Ok(_) => None,
             Err(e) => {
@@ -231,7 +232,7 @@ impl RoomsState {
                 None
             }
         };
-        if let Some(h) = &handoff {
+        if let Some((_, h)) = &handoff {
             let members = Handoff::decode(h.as_slice()).map_or(0, |s| s.members.len());
             tracing::info!(room, %epoch, members, "handoff state taken over");
             a.events.handoff(room, epoch, "taken", members);
@@ -329,6 +330,10 @@ impl RoomsState {
             };
             let members = Handoff::decode(bytes.as_slice()).map_or(0, |s| s.members.len());
             let epoch = live.activation.epoch();
+            // No checkpoint replaces this state: the room froze before answering (a room that
+            // did not answer is frozen here), and checkpoints are stored under the same lock.
+            live.activation.freeze();
+            let _guard = live.activation.handoff_lock().lock().await;
             match self.args.directory.put_handoff(room, epoch, bytes).await {
                 Ok(()) => {
                     n += 1;
