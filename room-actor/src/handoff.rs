@@ -690,6 +690,7 @@ mod tests {
                 room_id: "r".into(),
                 members: Vec::new(),
                 room_state: st.encode_to_vec().into(),
+                audit_seq: 0,
             }
             .encode_to_vec()
         };
@@ -741,7 +742,12 @@ mod tests {
         }
     }
 
-    fn record(seq: u64, epoch: plaza_directory::Epoch, kind: &str, detail: &str) -> plaza_directory::AuditRecord {
+    fn record(
+        seq: u64,
+        epoch: plaza_directory::Epoch,
+        kind: &str,
+        detail: &str,
+    ) -> plaza_directory::AuditRecord {
         plaza_directory::AuditRecord {
             room: "r".into(),
             seq,
@@ -752,7 +758,14 @@ mod tests {
         }
     }
 
-    fn transition(id: u64, kind: &str, req: (u64, u32), tgt: (u64, u32), from: &str, to: &str) -> String {
+    fn transition(
+        id: u64,
+        kind: &str,
+        req: (u64, u32),
+        tgt: (u64, u32),
+        from: &str,
+        to: &str,
+    ) -> String {
         format!(
             r#"{{"consent_id":{id},"kind":"{kind}","requester":{},"requester_session":{},"target":{},"target_session":{},"from":"{from}","to":"{to}","cause":"x","tick":1}}"#,
             req.1, req.0, tgt.1, tgt.0
@@ -769,15 +782,45 @@ mod tests {
         let mut snap = sample();
         let recs = vec![
             // Before the checkpoint: ignored even though it would end consent 2.
-            record(40, writer, "consent.released", &transition(2, "hand_hold", (11, 1), (12, 2), "active", "released")),
+            record(
+                40,
+                writer,
+                "consent.released",
+                &transition(2, "hand_hold", (11, 1), (12, 2), "active", "released"),
+            ),
             // Consent 3 (requested in the checkpoint) was declined after it.
-            record(42, writer, "consent.declined", &transition(3, "follow", (12, 2), (11, 1), "requested", "declined")),
+            record(
+                42,
+                writer,
+                "consent.declined",
+                &transition(3, "follow", (12, 2), (11, 1), "requested", "declined"),
+            ),
             // A new consent 4 was requested and consented after it.
-            record(43, writer, "consent.requested", &transition(4, "follow", (11, 1), (12, 2), "", "requested")),
-            record(44, writer, "consent.consented", &transition(4, "follow", (11, 1), (12, 2), "requested", "consented")),
+            record(
+                43,
+                writer,
+                "consent.requested",
+                &transition(4, "follow", (11, 1), (12, 2), "", "requested"),
+            ),
+            record(
+                44,
+                writer,
+                "consent.consented",
+                &transition(4, "follow", (11, 1), (12, 2), "requested", "consented"),
+            ),
             // Another epoch's record (not the writer's) and a refusal and junk: skipped.
-            record(45, other, "consent.released", &transition(2, "hand_hold", (11, 1), (12, 2), "active", "released")),
-            record(46, writer, "consent.refused", r#"{"consent_id":9,"reason":"blocked"}"#),
+            record(
+                45,
+                other,
+                "consent.released",
+                &transition(2, "hand_hold", (11, 1), (12, 2), "active", "released"),
+            ),
+            record(
+                46,
+                writer,
+                "consent.refused",
+                r#"{"consent_id":9,"reason":"blocked"}"#,
+            ),
             record(47, writer, "consent.active", "not json"),
             record(48, writer, "admin.kick", "{}"),
         ];
@@ -787,7 +830,10 @@ mod tests {
         assert_eq!(fold.ended, 1);
         assert_eq!(fold.changed, 2);
         let ids: Vec<(u64, ConsentState)> = snap.consents.iter().map(|c| (c.id, c.state)).collect();
-        assert_eq!(ids, vec![(2, ConsentState::Active), (4, ConsentState::Consented)]);
+        assert_eq!(
+            ids,
+            vec![(2, ConsentState::Active), (4, ConsentState::Consented)]
+        );
         assert_eq!(snap.consent_last_id, 4);
         let c4 = snap.consents[1];
         assert_eq!(c4.kind, ConsentKind::Follow);

@@ -70,7 +70,7 @@ pub const PEOPLE_EVENTS: [&str; 6] = [
 ];
 
 /// Placement and lifecycle events, pre-created so dashboards see zero series.
-pub const PLACEMENT_EVENTS: [&str; 12] = [
+pub const PLACEMENT_EVENTS: [&str; 13] = [
     "activated",
     "stopped",
     "stopped_empty",
@@ -83,6 +83,7 @@ pub const PLACEMENT_EVENTS: [&str; 12] = [
     "handoff_member_expired",
     "ticks_withheld",
     "lease_lapsed",
+    "checkpointed",
 ];
 
 /// Directory error codes, pre-created.

@@ -1560,13 +1560,10 @@ async fn restore_handoff(
             "cause": "restore",
         })
         .to_string();
-        let append = args.directory.audit_append(
-            &args.room_id,
-            args.epoch,
-            &format!("consent.{to}"),
-            &detail,
-            unix_ms(),
-        );
+        let kind = format!("consent.{to}");
+        let append =
+            args.directory
+                .audit_append(&args.room_id, args.epoch, &kind, &detail, unix_ms());
         match tokio::time::timeout(Duration::from_secs(2), append).await {
             Ok(Ok(seq)) => last_audit_seq = last_audit_seq.max(seq),
             Ok(Err(e)) => args.metrics.directory_error(e.code()),
@@ -1613,7 +1610,9 @@ async fn read_audit_after(
         let read = args.directory.audit_read(&args.room_id, from, PAGE);
         let page = tokio::time::timeout(Duration::from_secs(2), read)
             .await
-            .map_err(|_| plaza_directory::DirectoryError::Unavailable("audit read timed out".into()))??;
+            .map_err(|_| {
+                plaza_directory::DirectoryError::Unavailable("audit read timed out".into())
+            })??;
         let n = page.len();
         if let Some(last) = page.last() {
             from = last.seq + 1;
