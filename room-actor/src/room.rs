@@ -1297,10 +1297,11 @@ fn spawn_directory_writer(
                         }
                         PresenceOp::DropCheckpoint => {
                             let _guard = activation.handoff_lock().lock().await;
-                            if !activation.is_frozen() && lease.may_commit() {
-                                if let Err(e) = dir.take_handoff(&room).await {
-                                    metrics.directory_error(e.code());
-                                }
+                            if !activation.is_frozen()
+                                && lease.may_commit()
+                                && let Err(e) = dir.take_handoff(&room).await
+                            {
+                                metrics.directory_error(e.code());
                             }
                             continue;
                         }
