@@ -651,6 +651,19 @@ fn spawn_with(
             cmd.env(key, value.to_string());
         }
     }
+    // Every bot of a test runs on this one host (127.0.0.1): the gateway's per-address edge
+    // caps (pre-auth sockets, join rate), which stand for one client host each in production,
+    // would refuse most of a 60-bot ramp. They are raised here; `tests/tests/edge_limits.rs`
+    // tests them at their shipped values.
+    if role == Role::Gateway {
+        for (key, value) in [
+            ("PLAZA__GATEWAY__MAX_PREAUTH_PER_IP", "100000"),
+            ("PLAZA__GATEWAY__JOINS_PER_IP_PER_S", "100000"),
+            ("PLAZA__GATEWAY__JOINS_PER_IP_BURST", "100000"),
+        ] {
+            cmd.env(key, value);
+        }
+    }
     for (key, value) in &opts.env {
         cmd.env(key, value);
     }
