@@ -509,18 +509,21 @@ async fn descriptor_exhaustion_keeps_health_answering() {
     let emfile = metric(&m, "plaza_gateway_accept_fd_exhausted_total");
     println!("accept EMFILE counted {emfile} times");
     assert!(emfile >= 1.0, "EMFILE was not reached or not counted");
-    // Once the squatters' deadline passed the gateway serves again.
+    // Once the squatters' deadline passed the gateway serves again. With no reserve this is a
+    // deliberately unprotected configuration: an honest connect waits in the kernel's listen
+    // backlog until the deadline frees descriptors, so only "it joins, before the deadline plus
+    // a margin" is asserted here; the < 1 s join is the shipped configuration's promise
+    // (`deadlines_clear_a_thousand_squatters_of_each_kind`).
     let t0 = Instant::now();
     let mut joined = None;
-    while t0.elapsed() < DEADLINE + Duration::from_secs(5) {
+    while t0.elapsed() < DEADLINE + Duration::from_secs(10) {
         if let Ok(took) = honest_join([127, 0, 0, 2], ws, "edge").await {
-            joined = Some(t0.elapsed());
-            assert!(took < Duration::from_secs(1), "{took:?}");
+            joined = Some((t0.elapsed(), took));
             break;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    println!("an honest client joined {joined:?} after the flood");
+    println!("an honest client joined (since flood, join took) {joined:?}");
     assert!(joined.is_some(), "no join after the squatters' deadline");
     assert!(healthz(admin).await);
     drop(held);
