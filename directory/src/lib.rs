@@ -65,7 +65,7 @@ pub use lease::{Renewal, RoomLease, Sweeper};
 pub use memory::MemoryDirectory;
 pub use policy::rendezvous_pick;
 #[cfg(not(loom))]
-pub use redis_dir::{RedisDirectory, RedisOptions};
+pub use redis_dir::{RedisDirectory, RedisOptions, RedisTls};
 pub use types::{
     AnnounceOutcome, AuditRecord, Epoch, NodeId, NodeInfo, Placement, PresenceEntry, Sources,
     Wallet,

@@ -100,6 +100,9 @@ pub struct RedisOptions {
     pub response_timeout: Duration,
     /// Timeout of one connection attempt (default 1 s).
     pub connection_timeout: Duration,
+    /// Private CA and client certificate for `rediss://` (default: the system's roots, no
+    /// client certificate).
+    pub tls: Option<RedisTls>,
 }
 
 impl Default for RedisOptions {
@@ -108,6 +111,40 @@ impl Default for RedisOptions {
             prefix: "plaza:".into(),
             response_timeout: Duration::from_secs(2),
             connection_timeout: Duration::from_secs(1),
+            tls: None,
+        }
+    }
+}
+
+/// TLS material of a `rediss://` connection, PEM bytes.
+#[derive(Clone, Default)]
+pub struct RedisTls {
+    /// The CA the server's certificate must chain to, instead of the system's roots.
+    pub ca: Option<Vec<u8>>,
+    /// A client certificate chain and its key, for a server with `tls-auth-clients yes`.
+    pub client: Option<(Vec<u8>, Vec<u8>)>,
+}
+
+impl std::fmt::Debug for RedisTls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisTls")
+            .field("ca", &self.ca.is_some())
+            .field("client", &self.client.is_some())
+            .finish()
+    }
+}
+
+impl RedisTls {
+    fn certificates(&self) -> redis::TlsCertificates {
+        redis::TlsCertificates {
+            client_tls: self
+                .client
+                .as_ref()
+                .map(|(cert, key)| redis::ClientTlsConfig {
+                    client_cert: cert.clone(),
+                    client_key: key.clone(),
+                }),
+            root_cert: self.ca.clone(),
         }
     }
 }
@@ -317,13 +354,24 @@ impl RedisDirectory {
         let bad = |e: redis::RedisError| DirectoryError::Invalid(format!("redis url: {e}"));
         let backend = match RedisTarget::parse(url)? {
             RedisTarget::Single(u) => {
-                let client = redis::Client::open(u.as_str()).map_err(bad)?;
+                let client = match &opts.tls {
+                    // rustls under the process's default provider (ring, installed at start).
+                    Some(tls) if u.starts_with("rediss://") => {
+                        redis::Client::build_with_tls(u.as_str(), tls.certificates())
+                            .map_err(bad)?
+                    }
+                    _ => redis::Client::open(u.as_str()).map_err(bad)?,
+                };
                 Backend::Single(
                     ConnectionManager::new_lazy_with_config(client, cfg).map_err(unavailable)?,
                 )
             }
             RedisTarget::Cluster(seeds) => {
-                let client = ClusterClient::builder(seeds)
+                let mut builder = ClusterClient::builder(seeds);
+                if let Some(tls) = &opts.tls {
+                    builder = builder.certs(tls.certificates());
+                }
+                let client = builder
                     .connection_timeout(opts.connection_timeout)
                     .response_timeout(opts.response_timeout)
                     .retries(3)

@@ -29,6 +29,8 @@ pub struct RedisServer {
     child: Option<Child>,
     /// More `redis-server` arguments (cluster mode).
     extra: Vec<String>,
+    /// TLS only: `--port 0 --tls-port PORT` (the `--tls-*` file arguments are in `extra`).
+    tls: bool,
 }
 
 static SEQ: AtomicU64 = AtomicU64::new(0);
@@ -53,7 +55,26 @@ impl RedisServer {
         Err(last)
     }
 
+    /// A server that speaks TLS only (`--port 0 --tls-port PORT`: no plain port at all) with
+    /// these `--tls-*` arguments (certificate, key, CA, `--tls-auth-clients`); its
+    /// [`Self::url`] is `rediss://`. Ready once the TLS port accepts connections.
+    pub fn start_tls(tls_args: &[&str]) -> Result<Self, String> {
+        let mut last = String::new();
+        for _ in 0..3 {
+            match Self::start_on_with(free_port()?, tls_args, true) {
+                Ok(s) => return Ok(s),
+                Err(e) if e.contains("not found on PATH") => return Err(e),
+                Err(e) => last = e,
+            }
+        }
+        Err(last)
+    }
+
     fn start_on(port: u16, extra: &[&str]) -> Result<Self, String> {
+        Self::start_on_with(port, extra, false)
+    }
+
+    fn start_on_with(port: u16, extra: &[&str], tls: bool) -> Result<Self, String> {
         let dir = std::env::temp_dir().join(format!(
             "plaza-redis-{}-{}-{}",
             std::process::id(),
@@ -66,14 +87,16 @@ impl RedisServer {
             dir,
             child: None,
             extra: extra.iter().map(|s| s.to_string()).collect(),
+            tls,
         };
         s.spawn()?;
         Ok(s)
     }
 
-    /// `redis://127.0.0.1:PORT/`.
+    /// `redis://127.0.0.1:PORT/` (`rediss://` for [`Self::start_tls`]).
     pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}/", self.port)
+        let scheme = if self.tls { "rediss" } else { "redis" };
+        format!("{scheme}://127.0.0.1:{}/", self.port)
     }
 
     /// The TCP port.
@@ -109,6 +132,12 @@ impl RedisServer {
         let Some(mut c) = self.child.take() else {
             return;
         };
+        if self.tls {
+            // No plain port to send SHUTDOWN to: nothing to persist anyway.
+            let _ = c.kill();
+            let _ = c.wait();
+            return;
+        }
         if let Ok(mut s) = TcpStream::connect(("127.0.0.1", self.port)) {
             let _ = s.write_all(b"SHUTDOWN NOSAVE\r\n");
         }
@@ -129,8 +158,13 @@ impl RedisServer {
     }
 
     fn spawn(&mut self) -> Result<(), String> {
-        let child = Command::new("redis-server")
-            .arg("--port")
+        let mut cmd = Command::new("redis-server");
+        if self.tls {
+            cmd.args(["--port", "0", "--tls-port"]);
+        } else {
+            cmd.arg("--port");
+        }
+        let child = cmd
             .arg(self.port.to_string())
             .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
             .arg("--dir")
@@ -154,7 +188,12 @@ impl RedisServer {
         self.child = Some(child);
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
-            if ping(self.port) {
+            let up = if self.tls {
+                TcpStream::connect(("127.0.0.1", self.port)).is_ok()
+            } else {
+                ping(self.port)
+            };
+            if up {
                 return Ok(());
             }
             if !self.is_running() {

@@ -72,6 +72,8 @@ pub struct GatewayConfig {
     pub tls_reload: Duration,
     /// Sent as `authorization: Bearer <token>` on every gRPC call to a node (`node.grpc_token`).
     pub node_token: Option<String>,
+    /// Dial nodes over TLS (`gateway.node_tls_ca`, with a client certificate for mTLS).
+    pub node_tls: Option<NodeClientTls>,
     /// Kernel send buffer per client socket (bytes); `None` leaves the OS default (autotuned,
     /// up to megabytes per socket).
     pub socket_send_buffer: Option<usize>,
@@ -87,8 +89,44 @@ impl Default for GatewayConfig {
             tls: None,
             tls_reload: Duration::from_secs(10),
             node_token: None,
+            node_tls: None,
             socket_send_buffer: Some(64 * 1024),
         }
+    }
+}
+
+/// How a gateway dials nodes over TLS (PEM files).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NodeClientTls {
+    /// The CA nodes' certificates must chain to; their SANs must cover the address each node
+    /// advertises (IP SAN for an IP, DNS SAN for a name).
+    pub ca: std::path::PathBuf,
+    /// This gateway's client certificate and key, presented to nodes that require one.
+    pub identity: Option<TlsFiles>,
+}
+
+impl NodeClientTls {
+    /// Reads and checks the files and builds tonic's client TLS configuration.
+    pub fn client_config(&self) -> Result<tonic::transport::ClientTlsConfig, edge::TlsError> {
+        let read = |p: &std::path::Path| {
+            std::fs::read(p).map_err(|e| edge::TlsError::File {
+                path: p.to_owned(),
+                why: e.to_string(),
+            })
+        };
+        // Parsed here so a bad file is a typed error at start, not a failed handshake later.
+        edge::read_certs(&self.ca)?;
+        let mut cfg = tonic::transport::ClientTlsConfig::new()
+            .ca_certificate(tonic::transport::Certificate::from_pem(read(&self.ca)?));
+        if let Some(id) = &self.identity {
+            edge::read_certs(&id.cert)?;
+            edge::read_key(&id.key)?;
+            cfg = cfg.identity(tonic::transport::Identity::from_pem(
+                read(&id.cert)?,
+                read(&id.key)?,
+            ));
+        }
+        Ok(cfg)
     }
 }
 
@@ -190,9 +228,14 @@ impl Gateway {
             ),
             None => None,
         };
+        let node_tls = match &cfg.node_tls {
+            Some(t) => Some(t.client_config()?),
+            None => None,
+        };
         let router = Router::start_with(RouterArgs {
             directory: directory.clone(),
             local,
+            node_tls,
         })
         .await?;
         let (shutdown, shutdown_rx) = watch::channel(false);

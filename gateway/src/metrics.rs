@@ -45,6 +45,9 @@ pub struct GatewayMetrics {
     pub edge_connections: Gauge,
     /// Accepts that failed for lack of file descriptors (EMFILE/ENFILE).
     pub accept_emfile: Counter,
+    /// Attaches to a node that failed in the TLS handshake (the node's certificate did not
+    /// verify, or the node refused this gateway's client certificate).
+    pub node_tls_failures: Counter,
 }
 
 /// Outcomes of resume events, pre-created so dashboards see zero series.
@@ -114,6 +117,7 @@ impl GatewayMetrics {
             edge_preauth: Gauge::default(),
             edge_connections: Gauge::default(),
             accept_emfile: Counter::default(),
+            node_tls_failures: Counter::default(),
         }
     }
 
@@ -180,6 +184,12 @@ impl GatewayMetrics {
             "accept_fd_exhausted",
             "Client accepts that failed for lack of file descriptors (EMFILE/ENFILE)",
             self.accept_emfile.clone(),
+        );
+        r.register(
+            "node_tls_failures",
+            "Attaches to a room node that failed in the TLS handshake (certificate not trusted \
+             or refused)",
+            self.node_tls_failures.clone(),
         );
     }
 

@@ -27,7 +27,7 @@ use plaza_node_proto::{AttachRequest, NodeInbound, NodeOutbound};
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::{Channel, ClientTlsConfig, Endpoint};
 
 /// How long the node of an invalidated room is skipped by new placements.
 pub const SUSPECT_FOR: Duration = Duration::from_secs(3);
@@ -159,6 +159,8 @@ pub struct RouterState {
     suspects: HashMap<String, Instant>,
     /// The node in this process, if any.
     local: Option<Arc<dyn LocalNode>>,
+    /// Dial nodes over TLS with this (`https://`), else plain HTTP/2.
+    node_tls: Option<ClientTlsConfig>,
     /// When a directory call of the router last failed.
     directory_failed_at: Option<Instant>,
 }
@@ -169,6 +171,9 @@ pub struct RouterArgs {
     pub directory: SharedDirectory,
     /// The node in this process, if any.
     pub local: Option<Arc<dyn LocalNode>>,
+    /// Dial nodes over TLS (`https://`, the node's certificate checked against the address it
+    /// advertises; with a client identity for mTLS); `None` = plain HTTP/2.
+    pub node_tls: Option<ClientTlsConfig>,
 }
 
 impl Actor for RouterActor {
@@ -188,6 +193,7 @@ impl Actor for RouterActor {
             nodes: HashMap::new(),
             suspects: HashMap::new(),
             local: args.local,
+            node_tls: args.node_tls,
             directory_failed_at: None,
         })
     }
@@ -289,7 +295,7 @@ impl RouterState {
                             addr: node.addr.clone(),
                             transport: Transport::Local(l.clone()),
                         },
-                        _ => connect(&node.id, &node.addr)?,
+                        _ => connect(&node.id, &node.addr, self.node_tls.as_ref())?,
                     };
                     self.nodes.insert(node.id.clone(), route);
                 }
@@ -331,13 +337,25 @@ impl RouterState {
     }
 }
 
-fn connect(node_id: &str, addr: &str) -> Result<Route, PinError> {
-    let uri = if addr.starts_with("http://") || addr.starts_with("https://") {
-        addr.to_owned()
-    } else {
-        format!("http://{addr}")
+fn connect(node_id: &str, addr: &str, tls: Option<&ClientTlsConfig>) -> Result<Route, PinError> {
+    let bare = addr
+        .strip_prefix("http://")
+        .or_else(|| addr.strip_prefix("https://"))
+        .unwrap_or(addr);
+    // The scheme follows the gateway's configuration, not the advertised string: a gateway
+    // with node TLS never dials a node in the clear.
+    let uri = match tls {
+        Some(_) => format!("https://{bare}"),
+        None => format!("http://{bare}"),
     };
-    let ep = Endpoint::from_shared(uri).map_err(|_| PinError::BadAddress(addr.to_owned()))?;
+    let mut ep = Endpoint::from_shared(uri).map_err(|_| PinError::BadAddress(addr.to_owned()))?;
+    if let Some(tls) = tls {
+        // The server name checked is the advertised host: an IP SAN for an IP, a DNS SAN for
+        // a name (tonic takes it from the URI).
+        ep = ep
+            .tls_config(tls.clone())
+            .map_err(|_| PinError::BadAddress(addr.to_owned()))?;
+    }
     let channel = ep
         .tcp_nodelay(true)
         .connect_timeout(Duration::from_secs(3))
@@ -368,6 +386,7 @@ impl Router {
         Self::start_with(RouterArgs {
             directory,
             local: None,
+            node_tls: None,
         })
         .await
     }

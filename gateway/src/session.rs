@@ -631,6 +631,22 @@ async fn attach_with_retries(
             }
             Err(AttachFail::Invalid(msg)) => return (AttachResult::Invalid(msg), None),
             Err(AttachFail::OwnerStalled) => STALL_RETRY,
+            Err(AttachFail::NodeTls(why)) => {
+                // A configuration fault (wrong CA, expired or refused certificate), not a
+                // passing one: counted and logged loudly, then retried like any unreachable
+                // node (certificates may be rotated in place).
+                shared.metrics.node_tls_failures.inc();
+                tracing::warn!(
+                    session = a.session_id,
+                    room = a.room,
+                    why,
+                    "TLS handshake with the room node failed"
+                );
+                shared.router.invalidate(&a.room);
+                let b = backoff;
+                backoff = (backoff * 2).min(Duration::from_secs(1));
+                b
+            }
             Err(AttachFail::Retry(why)) => {
                 tracing::debug!(
                     session = a.session_id,
@@ -680,7 +696,10 @@ async fn try_attach(
     let span = tracing::info_span!("gateway.attach", room = a.room, node = %route.node_id, resume);
     let refused = |s: tonic::Status| match s.code() {
         tonic::Code::InvalidArgument => AttachFail::Invalid(s.message().to_owned()),
-        _ => AttachFail::Retry(s.to_string()),
+        _ => match tls_failure(&s) {
+            Some(why) => AttachFail::NodeTls(why),
+            None => AttachFail::Retry(s.to_string()),
+        },
     };
     let mut stream = match &route.transport {
         Transport::Grpc(client) => {
@@ -717,7 +736,7 @@ async fn try_attach(
         .await
         .map_err(|_| AttachFail::Retry("no ack".into()))?
         .ok_or_else(|| AttachFail::Retry("stream ended before ack".into()))?
-        .map_err(|s| AttachFail::Retry(s.to_string()))?;
+        .map_err(refused)?;
     match first.body {
         Some(node_outbound::Body::Ack(ack)) => Ok(Attached {
             link: NodeLink { tx, stream },
@@ -731,10 +750,32 @@ async fn try_attach(
 
 enum AttachFail {
     Retry(String),
+    /// The TLS handshake with the node failed (its certificate did not verify, or it refused
+    /// ours).
+    NodeTls(String),
     /// The room's lease is still live on the node the attach avoids.
     OwnerStalled,
     Invalid(String),
     Detached(node::Detach),
+}
+
+/// The rustls error under a failed call, if the call failed in the TLS handshake.
+fn tls_failure(status: &tonic::Status) -> Option<String> {
+    use std::error::Error as _;
+    let mut cur: Option<&(dyn std::error::Error + 'static)> = status.source();
+    while let Some(e) = cur {
+        if let Some(t) = e.downcast_ref::<rustls::Error>() {
+            return Some(t.to_string());
+        }
+        // `io::Error::source` skips the error it wraps; tokio-rustls puts rustls' error there.
+        if let Some(io) = e.downcast_ref::<std::io::Error>()
+            && let Some(t) = io.get_ref().and_then(|i| i.downcast_ref::<rustls::Error>())
+        {
+            return Some(t.to_string());
+        }
+        cur = e.source();
+    }
+    None
 }
 
 fn detach_reason(code: i32) -> DetachReason {

@@ -150,6 +150,9 @@ pub struct GatewaySection {
     pub tls_cert: String,
     pub tls_key: String,
     pub tls_reload_ms: u64,
+    pub node_tls_ca: String,
+    pub node_tls_cert: String,
+    pub node_tls_key: String,
     pub resume_ttl_ms: u64,
     pub resume_deadline_ms: u64,
     pub node_silence_ms: u64,
@@ -235,6 +238,9 @@ pub struct NodeSection {
     pub event_log: String,
     pub drain_timeout_ms: u64,
     pub grpc_token: String,
+    pub tls_cert: String,
+    pub tls_key: String,
+    pub tls_client_ca: String,
 }
 
 /// A room's capacity tier.
@@ -410,6 +416,9 @@ impl RoomRuleSection {
 #[allow(missing_docs)]
 pub struct DirectorySection {
     pub redis_url: String,
+    pub redis_ca: String,
+    pub redis_cert: String,
+    pub redis_key: String,
     pub key_prefix: String,
     pub sweep_interval_ms: u64,
     pub connect_timeout_ms: u64,
@@ -780,6 +789,20 @@ impl PlazaConfig {
                 "set both admin.tls_cert and admin.tls_key, or neither",
             );
         }
+        let set = |s: &str| !s.trim().is_empty();
+        if set(&g.node_tls_cert) != set(&g.node_tls_key) {
+            return bad(
+                "gateway.node_tls_cert",
+                "set both gateway.node_tls_cert and gateway.node_tls_key, or neither",
+            );
+        }
+        if set(&g.node_tls_cert) && !set(&g.node_tls_ca) {
+            return bad(
+                "gateway.node_tls_cert",
+                "a client certificate for nodes needs gateway.node_tls_ca (nodes are dialled over \
+                 TLS only with a CA to check them against)",
+            );
+        }
         if g.node_silence_ms < 100 {
             // A room sends a frame per broadcast period (≥ 1 Hz); shorter would flap.
             return bad("gateway.node_silence_ms", "must be >= 100");
@@ -787,6 +810,18 @@ impl PlazaConfig {
         let n = &self.node;
         if n.id.is_empty() {
             return bad("node.id", "must not be empty");
+        }
+        if set(&n.tls_cert) != set(&n.tls_key) {
+            return bad(
+                "node.tls_cert",
+                "set both node.tls_cert and node.tls_key, or neither",
+            );
+        }
+        if set(&n.tls_client_ca) && !set(&n.tls_cert) {
+            return bad(
+                "node.tls_client_ca",
+                "client certificates are checked only over TLS: set node.tls_cert and node.tls_key",
+            );
         }
         if n.lease_ttl_ms < 1000 || n.heartbeat_ttl_ms < 1000 {
             return bad("node.lease_ttl_ms", "leases must be >= 1000 ms");
@@ -833,6 +868,12 @@ impl PlazaConfig {
             if host.is_empty() || (tcp && host.starts_with('/')) {
                 return bad("directory.redis_url", "has no host");
             }
+        }
+        if set(&d.redis_cert) != set(&d.redis_key) {
+            return bad(
+                "directory.redis_cert",
+                "set both directory.redis_cert and directory.redis_key, or neither",
+            );
         }
         if d.connect_backoff_max_ms == 0 || d.connect_backoff_max_ms > d.connect_timeout_ms.max(1) {
             return bad(
@@ -948,6 +989,11 @@ impl PlazaConfig {
             unique_id: true,
             event_log: (!n.event_log.is_empty()).then(|| n.event_log.clone().into()),
             grpc_token: non_empty(&n.grpc_token),
+            tls: tls_files(&n.tls_cert, &n.tls_key).map(|f| plaza_room_actor::NodeTls {
+                cert: f.cert,
+                key: f.key,
+                client_ca: non_empty(&n.tls_client_ca).map(Into::into),
+            }),
         })
     }
 
@@ -984,6 +1030,10 @@ impl PlazaConfig {
             tls: tls_files(&g.tls_cert, &g.tls_key),
             tls_reload: Duration::from_millis(g.tls_reload_ms),
             node_token: non_empty(&self.node.grpc_token),
+            node_tls: non_empty(&g.node_tls_ca).map(|ca| plaza_gateway::NodeClientTls {
+                ca: ca.into(),
+                identity: tls_files(&g.node_tls_cert, &g.node_tls_key),
+            }),
             socket_send_buffer: (g.socket_send_buffer > 0).then_some(g.socket_send_buffer),
         })
     }
@@ -992,6 +1042,29 @@ impl PlazaConfig {
 fn non_empty(s: &str) -> Option<String> {
     let s = s.trim();
     (!s.is_empty()).then(|| s.to_owned())
+}
+
+/// The TLS material of `directory.redis_ca` / `redis_cert` / `redis_key` (read now); `None`
+/// when none is set (a `rediss://` URL then trusts the system's roots).
+pub fn redis_tls(d: &DirectorySection) -> Result<Option<plaza_directory::RedisTls>, String> {
+    let read = |key: &str, path: &str| -> Result<Option<Vec<u8>>, String> {
+        let path = path.trim();
+        if path.is_empty() {
+            return Ok(None);
+        }
+        std::fs::read(path)
+            .map(Some)
+            .map_err(|e| format!("directory.{key} {path}: {e}"))
+    };
+    let ca = read("redis_ca", &d.redis_ca)?;
+    let client = match (
+        read("redis_cert", &d.redis_cert)?,
+        read("redis_key", &d.redis_key)?,
+    ) {
+        (Some(c), Some(k)) => Some((c, k)),
+        _ => None,
+    };
+    Ok((ca.is_some() || client.is_some()).then_some(plaza_directory::RedisTls { ca, client }))
 }
 
 /// A certificate and key pair of the configuration; `None` when unset.

@@ -300,6 +300,13 @@ async fn open_directory(
         return Ok(Arc::new(MemoryDirectory::new()));
     }
     let shown = config::redact("directory.redis_url", url);
+    let tls = config::redis_tls(&cfg.directory).map_err(anyhow::Error::msg)?;
+    // Checked here, not in `validate`: `--redis` may set the URL after the file was checked.
+    anyhow::ensure!(
+        tls.is_none() || url.starts_with("rediss"),
+        "directory.redis_ca / redis_cert apply to TLS only: use a rediss:// or rediss+cluster:// \
+         URL (directory {shown})"
+    );
     let era = boot_era();
     let limit = Duration::from_millis(cfg.directory.connect_timeout_ms);
     let max_backoff = Duration::from_millis(cfg.directory.connect_backoff_max_ms);
@@ -309,6 +316,7 @@ async fn open_directory(
     loop {
         let opts = RedisOptions {
             prefix: cfg.directory.key_prefix.clone(),
+            tls: tls.clone(),
             ..RedisOptions::default()
         };
         match RedisDirectory::connect_with(url, era, opts).await {

@@ -68,6 +68,41 @@ pub struct NodeConfig {
     /// Every gRPC call must carry `authorization: Bearer <token>` (gateways send it); calls
     /// without it are refused `UNAUTHENTICATED`. `None` = any caller.
     pub grpc_token: Option<String>,
+    /// Serve gRPC over TLS (and, with a client CA, require gateways' client certificates).
+    /// `None` = plain HTTP/2.
+    pub tls: Option<NodeTls>,
+}
+
+/// The node's gRPC TLS files (PEM): its certificate chain and key, and optionally the CA that
+/// gateways' client certificates must chain to (mTLS).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NodeTls {
+    /// Certificate chain, leaf first. Its SANs must cover the address the node advertises
+    /// (an IP SAN for an IP, a DNS SAN for a name): gateways check it.
+    pub cert: PathBuf,
+    /// Private key (PKCS#8, PKCS#1 or SEC1).
+    pub key: PathBuf,
+    /// With a client CA, a connection without a client certificate signed by it is refused
+    /// in the TLS handshake, before any call.
+    pub client_ca: Option<PathBuf>,
+}
+
+impl NodeTls {
+    /// Reads the files and builds tonic's server TLS configuration.
+    pub fn server_config(&self) -> Result<tonic::transport::ServerTlsConfig, NodeError> {
+        let read = |path: &Path| {
+            std::fs::read(path).map_err(|source| NodeError::TlsFile {
+                path: path.to_path_buf(),
+                source,
+            })
+        };
+        let identity = tonic::transport::Identity::from_pem(read(&self.cert)?, read(&self.key)?);
+        let mut cfg = tonic::transport::ServerTlsConfig::new().identity(identity);
+        if let Some(ca) = &self.client_ca {
+            cfg = cfg.client_ca_root(tonic::transport::Certificate::from_pem(read(ca)?));
+        }
+        Ok(cfg)
+    }
 }
 
 impl Default for NodeConfig {
@@ -83,6 +118,7 @@ impl Default for NodeConfig {
             unique_id: true,
             event_log: None,
             grpc_token: None,
+            tls: None,
         }
     }
 }
@@ -104,6 +140,17 @@ pub enum NodeError {
     /// Registration in the directory failed.
     #[error("directory: {0}")]
     Directory(#[from] plaza_directory::DirectoryError),
+    /// A TLS file could not be read.
+    #[error("node TLS file {path}: {source}")]
+    TlsFile {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The TLS certificate, key or client CA is not usable.
+    #[error("node TLS: {0}")]
+    Tls(String),
     /// The event log could not be opened.
     #[error("event log {path}: {source}")]
     EventLog {
@@ -157,6 +204,13 @@ impl Node {
             addr: cfg.listen,
             source,
         })?;
+        let mut builder = tonic::transport::Server::builder();
+        if let Some(tls) = &cfg.tls {
+            // Loaded (and checked: a key that does not parse fails here) before anything runs.
+            builder = builder
+                .tls_config(tls.server_config()?)
+                .map_err(|e| NodeError::Tls(error_chain(&e)))?;
+        }
         let node_id = if cfg.unique_id {
             format!("{}.{:08x}", cfg.node_id, rand_u32())
         } else {
@@ -192,7 +246,7 @@ impl Node {
         let incoming =
             tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
         let server = tokio::spawn(async move {
-            let res = tonic::transport::Server::builder()
+            let res = builder
                 .http2_keepalive_interval(Some(Duration::from_secs(10)))
                 .http2_keepalive_timeout(Some(Duration::from_secs(20)))
                 .max_concurrent_streams(Some(100_000))
@@ -467,6 +521,18 @@ impl EventLog {
 
 fn now_ms() -> u64 {
     room::unix_ms()
+}
+
+/// An error and its sources, `: `-joined.
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        s.push_str(": ");
+        s.push_str(&c.to_string());
+        cur = c.source();
+    }
+    s
 }
 
 /// The node's gRPC gate: with a token configured, every call must carry

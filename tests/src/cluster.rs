@@ -22,7 +22,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use plaza_directory::test_util::RedisServer;
-use plaza_directory::{Epoch, RedisDirectory, SharedDirectory};
+use plaza_directory::{Epoch, RedisDirectory, RedisOptions, SharedDirectory};
 use plaza_load::LoadConfig;
 
 use crate::http_get;
@@ -234,8 +234,20 @@ impl Cluster {
     /// Starts Redis, `opts.nodes` nodes and `opts.gateways` gateways, and waits until every
     /// node is registered and every gateway is ready.
     pub async fn start(opts: ClusterOpts) -> anyhow::Result<Self> {
-        let bin = plaza_bin().map_err(anyhow::Error::msg)?;
         let redis = RedisServer::start().map_err(anyhow::Error::msg)?;
+        Self::start_on(opts, redis, RedisOptions::default()).await
+    }
+
+    /// [`Cluster::start`] on a Redis the caller started (e.g. [`RedisServer::start_tls`]);
+    /// the test's own directory client connects with `dir_opts` (e.g. its TLS CA). The
+    /// processes reach it at `redis.url()`; settings they need for it (`directory.redis_ca`)
+    /// go in `opts.env`.
+    pub async fn start_on(
+        opts: ClusterOpts,
+        redis: RedisServer,
+        dir_opts: RedisOptions,
+    ) -> anyhow::Result<Self> {
+        let bin = plaza_bin().map_err(anyhow::Error::msg)?;
         let dir = std::env::temp_dir().join(format!(
             "plaza-cluster-{}-{}",
             std::process::id(),
@@ -243,7 +255,7 @@ impl Cluster {
         ));
         std::fs::create_dir_all(&dir)?;
         let directory: SharedDirectory =
-            Arc::new(RedisDirectory::connect(&redis.url(), now_ms()).await?);
+            Arc::new(RedisDirectory::connect_with(&redis.url(), now_ms(), dir_opts).await?);
         let gateway = spawn_ready(&bin, &opts, &redis.url(), &dir, "gw", Role::Gateway).await?;
         let mut more_gateways = Vec::new();
         for i in 2..=opts.gateways {
@@ -329,6 +341,30 @@ impl Cluster {
         }
         self.nodes.push(p);
         Ok(self.nodes.len() - 1)
+    }
+
+    /// Starts one more gateway named `name` with `env` on top of the cluster's settings (e.g.
+    /// another TLS setting), waits until it is ready and returns it; it is not one of
+    /// [`Cluster::gateways`] (the caller owns it: dropping it kills it).
+    pub async fn spawn_gateway(
+        &self,
+        name: &str,
+        env: Vec<(String, String)>,
+    ) -> anyhow::Result<Proc> {
+        let bin = plaza_bin().map_err(anyhow::Error::msg)?;
+        let mut opts = self.opts.clone();
+        opts.env.extend(env);
+        let p = spawn_ready(
+            &bin,
+            &opts,
+            &self.redis.url(),
+            &self.dir,
+            name,
+            Role::Gateway,
+        )
+        .await?;
+        wait_ready(&p).await?;
+        Ok(p)
     }
 
     /// The gateway's WebSocket URL.

@@ -183,3 +183,52 @@ readinessProbe:
 {{- $need := add (int .Values.gateway.preStopSleepSeconds) (div (add (int .Values.config.gateway.shutdown_timeout_ms) 999) 1000) 10 }}
 {{- max (int .Values.gateway.terminationGracePeriodSeconds) $need }}
 {{- end }}
+
+{{/* TLS settings from internalTls and redis.tlsCaSecret: environment of every Plaza pod. */}}
+{{- define "plaza.tlsEnv" -}}
+{{- if .Values.internalTls.secretName }}
+- name: PLAZA__NODE__TLS_CERT
+  value: /etc/plaza-tls/internal/tls.crt
+- name: PLAZA__NODE__TLS_KEY
+  value: /etc/plaza-tls/internal/tls.key
+- name: PLAZA__NODE__TLS_CLIENT_CA
+  value: /etc/plaza-tls/internal/ca.crt
+- name: PLAZA__GATEWAY__NODE_TLS_CA
+  value: /etc/plaza-tls/internal/ca.crt
+- name: PLAZA__GATEWAY__NODE_TLS_CERT
+  value: /etc/plaza-tls/internal/tls.crt
+- name: PLAZA__GATEWAY__NODE_TLS_KEY
+  value: /etc/plaza-tls/internal/tls.key
+{{- end }}
+{{- if .Values.redis.tlsCaSecret.name }}
+- name: PLAZA__DIRECTORY__REDIS_CA
+  value: {{ printf "/etc/plaza-tls/redis/%s" .Values.redis.tlsCaSecret.key | quote }}
+{{- end }}
+{{- end }}
+
+{{/* Mounts of the TLS Secrets (see plaza.tlsEnv). */}}
+{{- define "plaza.tlsVolumeMounts" -}}
+{{- if .Values.internalTls.secretName }}
+- name: internal-tls
+  mountPath: /etc/plaza-tls/internal
+  readOnly: true
+{{- end }}
+{{- if .Values.redis.tlsCaSecret.name }}
+- name: redis-tls
+  mountPath: /etc/plaza-tls/redis
+  readOnly: true
+{{- end }}
+{{- end }}
+
+{{- define "plaza.tlsVolumes" -}}
+{{- with .Values.internalTls.secretName }}
+- name: internal-tls
+  secret:
+    secretName: {{ . }}
+{{- end }}
+{{- with .Values.redis.tlsCaSecret.name }}
+- name: redis-tls
+  secret:
+    secretName: {{ . }}
+{{- end }}
+{{- end }}
