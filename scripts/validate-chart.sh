@@ -112,6 +112,7 @@ CASES=(
     "default|"
     "production|-f $CHART/values-production.yaml"
     "external-redis|--set redis.enabled=false --set redis.url=redis://redis.example:6379/0"
+    "internal-tls|--set internalTls.secretName=plaza-internal-tls --set redis.enabled=false --set redis.url=rediss://redis.example:6380/0 --set redis.tlsCaSecret.name=redis-ca"
     "everything-on|--set gateway.autoscaling.enabled=true --set serviceMonitor.enabled=true --set prometheusRule.enabled=true --set redis.persistence.enabled=false --set podMonitor.enabled=true --set ingress.enabled=true --set redis.auth.password=given-pass"
 )
 # name | objects that case must render (Kind/name suffix)
@@ -119,6 +120,7 @@ EXPECT=(
     "default|NetworkPolicy/plaza-node NetworkPolicy/plaza-gateway NetworkPolicy/plaza-redis ConfigMap/plaza-dashboard Secret/plaza-admin Secret/plaza-redis"
     "production|Ingress/plaza NetworkPolicy/plaza-node NetworkPolicy/plaza-gateway ServiceMonitor/plaza PrometheusRule/plaza ConfigMap/plaza-dashboard Secret/plaza-admin HorizontalPodAutoscaler/plaza-gateway"
     "external-redis|NetworkPolicy/plaza-node Secret/plaza-admin"
+    "internal-tls|NetworkPolicy/plaza-node Secret/plaza-admin"
     "everything-on|Ingress/plaza PodMonitor/plaza ServiceMonitor/plaza HorizontalPodAutoscaler/plaza-gateway Secret/plaza-redis"
 )
 
