@@ -9,8 +9,9 @@
 //! 1. Inbox ordered by server time, capped at 10 (oldest dropped); samples at or before the last
 //!    passed one are stale and dropped; a sample with the time of a queued one replaces it.
 //! 2. First sighting snaps, then a cooldown of two send intervals.
-//! 3. A render clock trailing the newest data by one sample interval (clamped 0.05–0.20 s)
-//!    behind a link-delay envelope; ±10 % drift correction, catch-up (×1.5 at most) above 3
+//! 3. A render clock trailing the newest data by one sample interval (the longest recent gap
+//!    between moving samples, clamped 0.05–0.20 s) behind a link-delay envelope (the largest
+//!    arrival minus server time); both decay with the avatar's arrivals, not while it stands; ±10 % drift correction, catch-up (×1.5 at most) above 3
 //!    queued samples, a jump when more than 0.5 s off.
 //! 4. Hermite (or projective velocity blending) between moving samples, linear at rest, for an
 //!    idle end, or when the grounded flag or the jump count changes.
@@ -330,6 +331,8 @@ pub struct Smoother {
     render_t: f64,
     last_now: Option<f64>,
     link: f64,
+    /// Local arrival time of the newest sample: the envelopes decay on this clock.
+    last_arrival: f64,
     interval: f64,
     branch: Option<Branch>,
     blend: V3,
@@ -358,6 +361,7 @@ impl Smoother {
             render_t: 0.0,
             last_now: None,
             link: 0.0,
+            last_arrival: 0.0,
             interval: cfg.default_interval_s,
             branch: None,
             blend: [0.0; 3],
@@ -427,6 +431,7 @@ impl Smoother {
             self.passed = Some(s);
             self.hold = true;
             self.link = obs;
+            self.last_arrival = arrival;
             self.render_t = s.t;
             self.cooldown_until = arrival + 2.0 * self.cfg.send_interval_s;
             self.branch = Some(Branch::From { s, hold: true });
@@ -448,7 +453,20 @@ impl Smoother {
             self.stats.stale += 1;
             return;
         }
-        self.link = self.link.max(obs);
+        // The envelopes decay with the samples' arrivals, over gaps up to the longest interval:
+        // an avatar that stands sends nothing, and its silence says nothing about the link (a
+        // render clock that crept ahead during a rest would start the walk late and then
+        // extrapolate to catch up).
+        let gap = arrival - self.last_arrival;
+        let since = if (0.0..=self.cfg.max_interval_s).contains(&gap) {
+            gap
+        } else {
+            0.0
+        };
+        self.last_arrival = self.last_arrival.max(arrival);
+        self.link = (self.link - self.cfg.envelope_decay * since).max(obs);
+        self.interval =
+            (self.interval - self.cfg.envelope_decay * since).max(self.cfg.min_interval_s);
         self.stats.samples += 1;
         match self.inbox.binary_search_by(|q| q.t.total_cmp(&s.t)) {
             Ok(i) => self.inbox[i] = s,
@@ -474,7 +492,6 @@ impl Smoother {
         self.last_now = Some(now);
         self.out.placed = self.first;
         self.first = false;
-        self.link -= cfg.envelope_decay * dt;
         let interval = self.interval_s();
 
         let cooling = now < self.cooldown_until;
@@ -513,7 +530,10 @@ impl Smoother {
                 None => {
                     self.hold = false;
                     if b.t - a.t <= cfg.max_interval_s && a.speed() >= cfg.rest_speed {
-                        self.interval += 0.2 * (b.t - a.t - self.interval);
+                        // The longest recent gap: on a 50 Hz step grid 20 Hz frames come 40
+                        // and 60 ms apart, and trailing their mean would run dry on every
+                        // 60 ms gap.
+                        self.interval = self.interval.max(b.t - a.t);
                     }
                 }
             }

@@ -3,9 +3,10 @@
 //! **The true path.** The room records each member's pose at every step where it changed
 //! (`PLAZA_RECORD_POSES`). Between two records the server's pose is a staircase: it changes
 //! when a move is applied. The true path used here is the polyline through those change points,
-//! each reached at its tick and left one move interval (`tick_hz / 20` steps, the walkers' move
-//! period) before the next (so a standing avatar that starts walking stands until its first
-//! move); a change of more than 2 m is a teleport (a step, no ramp).
+//! each reached at its tick: a moving avatar (the record's velocity is not zero) goes straight
+//! on to the next change point; a standing one stands until one move interval (`tick_hz / 20`
+//! steps, the walkers' move period) before it, so a start is reached one interval after the
+//! walker set off; a change of more than 2 m is a teleport (a step, no ramp).
 //!
 //! **Error.** Each rendered pose is compared with the true path at the server time the smoother
 //! declares it shows (`render_t`: the local clock minus the link-delay envelope minus the
@@ -13,11 +14,18 @@
 //! Poses in a first-sighting cooldown and within 0.5 s of a teleport of that avatar are left
 //! out (a teleport is a snap by design).
 //!
-//! **Start / stop lag.** A start is the first change of position by more than 2 cm after at
-//! least 0.5 s at rest, a stop the last change before at least 0.5 s at rest; the same rule is
-//! applied to the rendered path. Server ticks are put on the observer's clock with the smallest
-//! `arrival − tick / tick_hz` over all frames (clock offset plus the link's smallest one-way
-//! delay), so the lag is what the observer sees beyond the fastest delivery.
+//! **Start / stop lag.** Around each rest of the true path (a record with zero velocity that
+//! holds for at least 0.5 s), the time between the true path and the rendered path crossing
+//! the same boundary, [`REST_EPS_M`] around the rest position: a stop when the path comes
+//! within it (and stays within [`STOP_WOBBLE_M`]: an overshoot that comes back is part of
+//! stopping), a start when it leaves it for good. Server ticks are put on the observer's clock
+//! with the smallest `arrival − tick / tick_hz` over all frames (clock offset plus the link's
+//! smallest one-way delay), so the lag is what the observer sees beyond the fastest delivery,
+//! the interpolation delay included.
+//!
+//! **The broadcast path** ([`broadcast_at`]): what the frames carried (the held pose carried
+//! forward along its velocity to the frame's tick, as the room does), joined by straight
+//! lines: its error is what the link and the smoothing add, without the server's sampling.
 
 use std::collections::BTreeMap;
 
@@ -32,6 +40,8 @@ pub(crate) struct TruePose {
     pub(crate) tick: u64,
     /// Position, metres.
     pub(crate) p: [f64; 3],
+    /// Velocity the move declared, m/s (zero: standing).
+    pub(crate) v: [f64; 3],
 }
 
 /// Reads the recorder's JSON lines of `room`.
@@ -49,10 +59,16 @@ pub(crate) fn read_truth(text: &str, room: &str) -> BTreeMap<u32, Vec<TruePose>>
         else {
             continue;
         };
-        let f = |i: usize| p.get(i).and_then(serde_json::Value::as_f64).unwrap_or(0.0);
+        let f = |a: &Vec<serde_json::Value>, i: usize| {
+            a.get(i).and_then(serde_json::Value::as_f64).unwrap_or(0.0)
+        };
+        let v = v["v"]
+            .as_array()
+            .map_or([0.0; 3], |v| [f(v, 0), f(v, 1), f(v, 2)]);
         out.entry(entity as u32).or_default().push(TruePose {
             tick,
-            p: [f(0), f(1), f(2)],
+            p: [f(p, 0), f(p, 1), f(p, 2)],
+            v,
         });
     }
     for v in out.values_mut() {
@@ -81,7 +97,13 @@ pub(crate) fn truth_at(path: &[TruePose], k: f64, ramp_ticks: f64) -> Option<[f6
     if dist(a.p, b.p) > TELEPORT_M {
         return Some(a.p);
     }
-    let start = (a.tick as f64).max(b.tick as f64 - ramp_ticks);
+    // Moving: straight on to the next change. Standing: stand until one move interval before
+    // it (the first move of a start is reached one interval after the walker set off).
+    let start = if a.v == [0.0; 3] {
+        (a.tick as f64).max(b.tick as f64 - ramp_ticks)
+    } else {
+        a.tick as f64
+    };
     if k <= start {
         return Some(a.p);
     }
@@ -89,25 +111,31 @@ pub(crate) fn truth_at(path: &[TruePose], k: f64, ramp_ticks: f64) -> Option<[f6
     Some(std::array::from_fn(|j| a.p[j] + (b.p[j] - a.p[j]) * u))
 }
 
-/// The server's pose at room tick `k` exactly as it held it (the last change at or before `k`).
-pub(crate) fn held_at(path: &[TruePose], k: u64) -> Option<[f64; 3]> {
+/// What a frame stamped room tick `k` carries of an avatar: the last change at or before `k`,
+/// carried forward along its velocity for at most the room's lead (100 ms, as the room core's
+/// `encode::lead_pose` does).
+pub(crate) fn held_at(path: &[TruePose], k: u64, hz: f64) -> Option<[f64; 3]> {
     let i = path.partition_point(|t| t.tick <= k);
-    (i > 0).then(|| path[i - 1].p)
+    (i > 0).then(|| {
+        let t = path[i - 1];
+        let lead_s = ((k - t.tick) as f64 / hz).min(0.1);
+        std::array::from_fn(|j| t.p[j] + t.v[j] * lead_s)
+    })
 }
 
-/// The broadcast path at tick `k` (fractional): the server's held pose at the ticks of the
-/// frames the observer got, joined by straight lines (a step at a teleport).
-pub(crate) fn broadcast_at(path: &[TruePose], frames: &[u64], k: f64) -> Option<[f64; 3]> {
+/// The broadcast path at tick `k` (fractional): what the frames the observer got carried (see
+/// [`held_at`]), joined by straight lines (a step at a teleport).
+pub(crate) fn broadcast_at(path: &[TruePose], frames: &[u64], k: f64, hz: f64) -> Option<[f64; 3]> {
     let i = frames.partition_point(|&t| (t as f64) <= k);
     if i == 0 {
         return None;
     }
     let a_t = frames[i - 1];
-    let a = held_at(path, a_t)?;
+    let a = held_at(path, a_t, hz)?;
     let Some(&b_t) = frames.get(i) else {
         return Some(a);
     };
-    let b = held_at(path, b_t)?;
+    let b = held_at(path, b_t, hz)?;
     if dist(a, b) > TELEPORT_M || b_t == a_t {
         return Some(a);
     }
@@ -123,42 +151,143 @@ pub(crate) fn teleports(path: &[TruePose]) -> Vec<u64> {
         .collect()
 }
 
-/// Starts and stops of a sampled path `(time, position)`: (time, is_start).
-pub(crate) fn starts_stops(path: &[(f64, [f64; 3])], rest_s: f64) -> Vec<(f64, bool)> {
-    let eps = 0.02;
-    let mut out = Vec::new();
-    if path.len() < 2 {
-        return out;
-    }
-    // Moves: times at which the position changed by more than eps from the last anchor.
-    let mut anchor = path[0].1;
-    let mut last_change = path[0].0;
-    let mut moving = false;
-    for &(t, p) in &path[1..] {
-        if dist(p, anchor) > eps {
-            if dist(p, anchor) > TELEPORT_M {
-                // A teleport: neither a start nor a stop.
-                anchor = p;
-                last_change = t;
-                continue;
-            }
-            if moving && t - last_change >= rest_s {
-                // Nothing changed for a while (a recorder writes only changes): it had stopped.
-                out.push((last_change, false));
-                moving = false;
-            }
-            if !moving && t - last_change >= rest_s {
-                out.push((t, true));
-            }
-            moving = true;
-            anchor = p;
-            last_change = t;
-        } else if moving && t - last_change >= rest_s {
-            out.push((last_change, false));
-            moving = false;
+/// Distance from a rest position within which a path counts as at rest (start / stop lag).
+pub(crate) const REST_EPS_M: f64 = 0.02;
+
+/// A rest of the true path: the walker declared zero velocity at `p`, from room tick `from`
+/// until the next recorded change at tick `until`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) struct Rest {
+    pub(crate) p: [f64; 3],
+    pub(crate) from: u64,
+    pub(crate) until: u64,
+}
+
+/// The rests of at least `min_s` seconds: a record with zero velocity (the walker stood) and
+/// no change until the next record, which is not a teleport.
+pub(crate) fn rests(path: &[TruePose], hz: f64, min_s: f64) -> Vec<Rest> {
+    path.windows(2)
+        .filter(|w| w[0].v == [0.0; 3] && dist(w[0].p, w[1].p) <= TELEPORT_M)
+        .filter(|w| (w[1].tick - w[0].tick) as f64 / hz >= min_s)
+        .map(|w| Rest {
+            p: w[0].p,
+            from: w[0].tick,
+            until: w[1].tick,
+        })
+        .collect()
+}
+
+/// How far past a rest position a path may wobble and still count as stopped: an overshoot of
+/// a few centimetres that comes back is part of stopping, a pass-through at walking speed is
+/// not (it leaves this radius within a frame or two).
+pub(crate) const STOP_WOBBLE_M: f64 = 0.10;
+
+/// When a sampled path `(time, position)` stops at `p`: the first sample in `[from, to]` within
+/// [`REST_EPS_M`] of `p` from which the path stays within [`STOP_WOBBLE_M`] for `hold` seconds
+/// (None if it never does).
+pub(crate) fn settles(
+    path: &[(f64, [f64; 3])],
+    p: [f64; 3],
+    from: f64,
+    to: f64,
+    hold: f64,
+) -> Option<f64> {
+    let start = path.partition_point(|s| s.0 < from);
+    let mut candidate: Option<f64> = None;
+    for s in &path[start..] {
+        let d = dist(s.1, p);
+        if d > STOP_WOBBLE_M {
+            candidate = None;
+        } else if candidate.is_none() && d <= REST_EPS_M {
+            candidate = Some(s.0);
+        }
+        match candidate {
+            Some(c) if c > to => return None,
+            Some(c) if s.0 - c >= hold => return Some(c),
+            None if s.0 > to => return None,
+            _ => {}
         }
     }
-    out
+    None
+}
+
+/// When a sampled path starts away from `p` in `[from, to]`: the first sample beyond
+/// [`REST_EPS_M`] from which it goes on past [`STOP_WOBBLE_M`] without coming back within
+/// [`REST_EPS_M`] (a wobble of a stop that comes back is not a start).
+pub(crate) fn departs(path: &[(f64, [f64; 3])], p: [f64; 3], from: f64, to: f64) -> Option<f64> {
+    let start = path.partition_point(|s| s.0 < from);
+    let mut candidate: Option<f64> = None;
+    for s in &path[start..] {
+        let d = dist(s.1, p);
+        if d <= REST_EPS_M {
+            candidate = None;
+        } else if candidate.is_none() {
+            if s.0 > to {
+                return None;
+            }
+            candidate = Some(s.0);
+        }
+        if d > STOP_WOBBLE_M {
+            return candidate;
+        }
+    }
+    None
+}
+
+/// The true path sampled every millisecond over `[from, to]` (seconds on the room clock).
+fn sample_truth(path: &[TruePose], hz: f64, ramp: f64, from: f64, to: f64) -> Vec<(f64, [f64; 3])> {
+    let n = ((to - from) * 1000.0).max(0.0) as usize;
+    (0..=n)
+        .filter_map(|i| {
+            let t = from + i as f64 / 1000.0;
+            truth_at(path, t * hz, ramp).map(|p| (t, p))
+        })
+        .collect()
+}
+
+/// Stop and start lags (ms, rendered minus true) around each rest of at least 0.5 s: the true
+/// path and the rendered one cross the same [`REST_EPS_M`] boundary around the rest position,
+/// inward (stop) and outward (start). `offset` puts room time on the observer's clock. Returns
+/// the lags and how many crossings the rendered path never made within 2 s.
+pub(crate) fn rest_lags(
+    path: &[TruePose],
+    shown: &[(f64, [f64; 3])],
+    hz: f64,
+    ramp: f64,
+    offset: f64,
+    keep: impl Fn(f64) -> bool,
+) -> (Vec<(f64, bool, f64)>, u64) {
+    let mut lags = Vec::new();
+    let mut unmatched = 0;
+    for r in rests(path, hz, 0.5) {
+        let (from, until) = (r.from as f64 / hz, r.until as f64 / hz);
+        let hold = ((until - from) / 2.0).min(0.2);
+        let truth = sample_truth(path, hz, ramp, from - 0.5, until + 2.0);
+        let stop = settles(&truth, r.p, from - 0.5, from + 0.001, hold);
+        let start = departs(&truth, r.p, until - (ramp + 1.0) / hz, until + 2.0);
+        let mut rendered_stop = None;
+        if let Some(t) = stop {
+            let t = t + offset;
+            if keep(t) {
+                rendered_stop = settles(shown, r.p, t - 0.5, t + 2.0, hold);
+                match rendered_stop {
+                    Some(x) => lags.push((t, false, (x - t) * 1000.0)),
+                    None => unmatched += 1,
+                }
+            }
+        }
+        if let Some(t) = start {
+            let t = t + offset;
+            if keep(t) {
+                let after = rendered_stop.map_or(t - 0.5, |x| x.max(t - 0.5));
+                match departs(shown, r.p, after, t + 2.0) {
+                    Some(x) => lags.push((t, true, (x - t) * 1000.0)),
+                    None => unmatched += 1,
+                }
+            }
+        }
+    }
+    (lags, unmatched)
 }
 
 /// Percentiles of a sample.
@@ -223,7 +352,8 @@ pub(crate) fn measure(log: &ObserverLog, truth: &BTreeMap<u32, Vec<TruePose>>) -
         .fold(f64::INFINITY, f64::min);
     let offset = if offset.is_finite() { offset } else { 0.0 };
     // FELT_DUMP=path: every compared pose as CSV (local_s, entity, render_t, error, error vs
-    // the broadcast path, x, z), for looking into a run.
+    // the broadcast path, x, z, extrapolating 0/1), for looking into a run; FELT_LAGS=1 prints
+    // each start / stop lag to stderr.
     let mut dump = std::env::var_os("FELT_DUMP").and_then(|p| std::fs::File::create(p).ok());
     let mut frames: Vec<u64> = log.frames.iter().map(|&(_, t)| u64::from(t)).collect();
     frames.sort_unstable();
@@ -261,21 +391,22 @@ pub(crate) fn measure(log: &ObserverLog, truth: &BTreeMap<u32, Vec<TruePose>>) -
             if let Some(t) = truth_at(path, s.render_t * hz, ramp) {
                 m.errors.push((s.local_s, dist(s.position, t)));
             }
-            if let Some(t) = broadcast_at(path, &frames, s.render_t * hz) {
+            if let Some(t) = broadcast_at(path, &frames, s.render_t * hz, hz) {
                 m.broadcast_errors.push(dist(s.position, t));
                 if let Some(d) = dump.as_mut() {
                     use std::io::Write as _;
                     let e = m.errors.last().map_or(0.0, |e| e.1);
                     let _ = writeln!(
                         d,
-                        "{},{},{},{},{},{},{}",
+                        "{},{},{},{},{},{},{},{}",
                         s.local_s,
                         entity,
                         s.render_t,
                         e,
                         dist(s.position, t),
                         s.position[0],
-                        s.position[2]
+                        s.position[2],
+                        u8::from(s.extrapolating)
                     );
                 }
             }
@@ -283,26 +414,18 @@ pub(crate) fn measure(log: &ObserverLog, truth: &BTreeMap<u32, Vec<TruePose>>) -
         // Start / stop lag.
         let first_local = shown.first().map_or(0.0, |s| s.local_s);
         let last_local = shown.last().map_or(0.0, |s| s.local_s);
-        let true_path: Vec<(f64, [f64; 3])> = path
-            .iter()
-            .map(|t| (t.tick as f64 / hz + offset, t.p))
-            .collect();
         let shown_path: Vec<(f64, [f64; 3])> =
             shown.iter().map(|s| (s.local_s, s.position)).collect();
-        let server_ev = starts_stops(&true_path, 0.5);
-        let replica_ev = starts_stops(&shown_path, 0.5);
-        for (t, start) in server_ev {
-            if t < first_local + 1.0 || t > last_local - 2.5 {
-                continue;
+        let keep =
+            |t: f64| t >= first_local + 1.0 && t <= last_local - 2.5 && !near_tp(t - offset, 1.0);
+        let (lags, unmatched) = rest_lags(path, &shown_path, hz, ramp, offset, keep);
+        for (t, start, lag) in lags {
+            if std::env::var_os("FELT_LAGS").is_some() {
+                eprintln!("lag entity={entity} t={t:.3} start={start} lag_ms={lag:.0}");
             }
-            match replica_ev
-                .iter()
-                .find(|&&(r, s)| s == start && r >= t - 0.05 && r <= t + 2.0)
-            {
-                Some(&(r, _)) => m.lags_ms.push((r - t) * 1000.0),
-                None => m.lag_unmatched += 1,
-            }
+            m.lags_ms.push(lag);
         }
+        m.lag_unmatched += unmatched;
     }
     m
 }

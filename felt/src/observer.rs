@@ -21,6 +21,8 @@ pub(crate) struct Shown {
     pub(crate) snaps: [u64; 4],
     /// Whether this entry is in its first-sighting cooldown.
     pub(crate) cooling: bool,
+    /// Whether the smoother ran past its newest sample (extrapolating).
+    pub(crate) extrapolating: bool,
 }
 
 /// What an observer saw.
@@ -133,6 +135,7 @@ pub(crate) async fn observe(
                             position: p,
                             snaps: r.smoothing().snaps,
                             cooling: rd.phase == plaza_client::Phase::Cooldown,
+                            extrapolating: rd.phase == plaza_client::Phase::Extrapolating,
                         });
                     }
                 }

@@ -4,8 +4,11 @@
 //! ±0.5 m/s (0 to `max_speed`, at most 6 m/s and below the room's limit); now and then it stops
 //! (1–3 s) and starts again (1–4 m/s), and every 8–15 s it asks the room for a teleport to one
 //! of its requestable spawn points. Moves go at 20 Hz (the gateway's default
-//! `max_movement_hz`), integrated from the current heading and speed. Near the room's bounds it
-//! turns towards the centre; a correction (geometry) is adopted and turns it around.
+//! `max_movement_hz`). The position is integrated piecewise over the velocity in effect (an
+//! input changes the velocity from its own instant on, between two moves), so each move reports
+//! where the avatar is and the velocity it moves with from there — what a game client that
+//! integrates every frame sends. Near the room's bounds it turns towards the centre; a
+//! correction (geometry) is adopted and turns it around.
 
 use std::time::{Duration, Instant};
 
@@ -84,8 +87,13 @@ pub(crate) async fn walk(
     let start = Instant::now();
     let mut next_move = Instant::now();
     let mut next_input = Instant::now() + Duration::from_millis(100);
-    let mut last_move_t = c.now();
+    // Local time up to which `pos` is integrated.
+    let mut integrated_t = c.now();
     let mut first = true;
+    let velocity = |speed: f64, heading: f64, stopped: bool| {
+        let v = if stopped { 0.0 } else { speed };
+        [v * heading.sin(), 0.0, v * heading.cos()]
+    };
     while Instant::now() < until {
         let wake = next_move.min(next_input).min(until);
         match c.next(Some(wake)).await {
@@ -94,6 +102,7 @@ pub(crate) async fn walk(
                 if let Some(p) = k.position {
                     pos = [f64::from(p.x), f64::from(p.y), f64::from(p.z)];
                 }
+                integrated_t = c.now();
                 // Blocked by geometry: stop, turn round, start again (a stop and a start).
                 heading += std::f64::consts::PI + rng.random_range(-0.5..0.5);
                 stopped_until = Some(Instant::now() + Duration::from_millis(600));
@@ -104,6 +113,7 @@ pub(crate) async fn walk(
                 if let Some(p) = t.position {
                     pos = [f64::from(p.x), f64::from(p.y), f64::from(p.z)];
                 }
+                integrated_t = c.now();
                 continue;
             }
             Polled::Event(Event::Joined(j)) => {
@@ -117,6 +127,15 @@ pub(crate) async fn walk(
         let now = Instant::now();
         if now >= next_input {
             next_input += Duration::from_millis(100);
+            // Up to this instant the avatar moved with the velocity before the input.
+            if !first {
+                let t = c.now();
+                let vel = velocity(speed, heading, stopped_until.is_some());
+                let dt = (t - integrated_t).clamp(0.0, 0.2);
+                pos[0] += vel[0] * dt;
+                pos[2] += vel[2] * dt;
+                integrated_t = t;
+            }
             // The standard random walk, per 100 ms input.
             match stopped_until {
                 Some(t) if now < t => {}
@@ -168,10 +187,11 @@ pub(crate) async fn walk(
                 next_move = now + Duration::from_millis(50);
             }
             let t = c.now();
-            let dt = (t - last_move_t).clamp(0.0, 0.2);
-            last_move_t = t;
-            let v = if stopped_until.is_some() { 0.0 } else { speed };
-            let vel = [v * heading.sin(), 0.0, v * heading.cos()];
+            let dt = (t - integrated_t).clamp(0.0, 0.2);
+            integrated_t = t;
+            let stopped = stopped_until.is_some();
+            let v = if stopped { 0.0 } else { speed };
+            let vel = velocity(speed, heading, stopped);
             if !first {
                 pos[0] += vel[0] * dt;
                 pos[2] += vel[2] * dt;

@@ -88,6 +88,9 @@ struct Member {
     last_timestamp_s: Option<f64>,
     /// Room time (ms) when `last_timestamp_s` was set: unwraps circular timestamps.
     last_move_ms: u64,
+    /// How far (ms) frames carry the avatar forward along its velocity at most: the client's
+    /// own time step to its last accepted move (`encode::lead_pose`); 0 until it made two.
+    lead_cap_ms: u64,
     inputs: VecDeque<Input>,
     encoder: FrameEncoder,
     /// Avatars this member saw in the last broadcast (sorted): who is told about emotes.
@@ -115,6 +118,7 @@ impl Member {
             last_input_seq: 0,
             last_timestamp_s: None,
             last_move_ms: now_ms,
+            lead_cap_ms: 0,
             inputs: VecDeque::new(),
             encoder,
             seen: Vec::new(),
@@ -142,6 +146,8 @@ pub struct Room {
     tick: u64,
     /// Broadcast accumulator: grows by `broadcast_hz` per tick, a broadcast is due at `tick_hz`.
     broadcast_acc: u32,
+    /// The tick whose poses the arena holds (the broadcast that built it).
+    arena_tick: u64,
     members: BTreeMap<SessionId, Member>,
     pending: Vec<Pending>,
     ids: EntityIds,
@@ -232,6 +238,7 @@ impl Room {
             cfg,
             tick: 0,
             broadcast_acc: 0,
+            arena_tick: 0,
             members: BTreeMap::new(),
             pending: Vec::new(),
             ids: EntityIds::default(),
@@ -739,6 +746,13 @@ impl Room {
                         };
                         match self.physics.validate_and_move(m.entity, claim, now_ms) {
                             Ok(outcome) => {
+                                // The client's declared step between its moves bounds how far
+                                // frames carry this one forward (none for a placement).
+                                m.lead_cap_ms = if m.last_timestamp_s.is_some() {
+                                    (dt_s.clamp(0.0, 1.0) * 1000.0) as u64
+                                } else {
+                                    0
+                                };
                                 m.pose = validate::sanitise(&mv.pose, outcome.position);
                                 m.last_input_seq = mv.seq;
                                 m.last_timestamp_s = Some(mv.timestamp_s);

@@ -105,7 +105,11 @@ fn movement_reaches_every_other_member() {
         room.input(s, mv(1, p[0], p[2], 1.0));
         room.input(s, mv(2, p[0] + 0.5, p[2] - 0.25, 1.1));
     }
+    // The moves are applied at the first step; the broadcast shows them carried forward along
+    // their velocity (1 m/s along x) to its own step.
+    let applied_ms = now + 20;
     let out = step_until_broadcast(&mut room, &mut now, &mut decoders);
+    let lead_m = (now - applied_ms) as f32 / 1000.0;
     assert!(
         !out.iter().any(|o| matches!(o, Outbound::Correction { .. })),
         "{out:?}"
@@ -114,7 +118,7 @@ fn movement_reaches_every_other_member() {
         for s in (1..=5u64).filter(|s| *s != viewer) {
             let e = room.entity_of(s).unwrap();
             let p = decoders[&viewer].get(e).unwrap().pose.position_m();
-            assert!((p[0] - (spawn[&s][0] + 0.5)).abs() <= POSITION_ERROR_M);
+            assert!((p[0] - (spawn[&s][0] + 0.5 + lead_m)).abs() <= POSITION_ERROR_M);
             assert!((p[2] - (spawn[&s][2] - 0.25)).abs() <= POSITION_ERROR_M);
         }
     }
@@ -1278,4 +1282,65 @@ mod spread {
             assert!(one.0 == two.0, "same outbound, in the same order");
         }
     }
+}
+
+/// A frame shows each moving avatar where its last move's velocity has carried it by the
+/// frame's tick, for at most `MAX_LEAD_MS`; a stopped avatar where it stopped.
+#[test]
+fn frames_carry_a_moving_avatar_forward_to_their_tick() {
+    let mut room = Room::new("r", RoomConfig::default());
+    room.join(1);
+    room.join(2);
+    let mut decoders = BTreeMap::new();
+    let mut now = 0;
+    let spawn = spawns(&step_until_broadcast(&mut room, &mut now, &mut decoders));
+    let p = spawn[&2];
+    room.input(2, mv(1, p[0], p[2], 1.0));
+    step_until_broadcast(&mut room, &mut now, &mut decoders);
+    // A move at 1 m/s along x, then one broadcast per step count until it is shown.
+    room.input(2, mv(2, p[0] + 0.1, p[2], 1.1));
+    let e = room.entity_of(2).unwrap();
+    let applied_ms = now + 20;
+    step_until_broadcast(&mut room, &mut now, &mut decoders);
+    let lead = (now - applied_ms).min(100) as f32 / 1000.0;
+    let x = decoders[&1].get(e).unwrap().pose.position_m()[0];
+    assert!(
+        (x - (p[0] + 0.1 + lead)).abs() <= POSITION_ERROR_M,
+        "{x} vs {}",
+        p[0] + 0.1 + lead
+    );
+    // One second without a move: carried at most the client's own step between its moves
+    // (0.1 s here), never further.
+    for _ in 0..10 {
+        step_until_broadcast(&mut room, &mut now, &mut decoders);
+    }
+    let x = decoders[&1].get(e).unwrap().pose.position_m()[0];
+    assert!((x - (p[0] + 0.1 + 0.1)).abs() <= POSITION_ERROR_M, "{x}");
+    // A client stepping 40 ms between moves is carried at most 40 ms.
+    room.input(2, mv(3, p[0] + 0.14, p[2], 1.14));
+    for _ in 0..10 {
+        step_until_broadcast(&mut room, &mut now, &mut decoders);
+    }
+    let x = decoders[&1].get(e).unwrap().pose.position_m()[0];
+    assert!((x - (p[0] + 0.14 + 0.04)).abs() <= POSITION_ERROR_M, "{x}");
+    // The mover's own state is its authoritative pose, not carried forward.
+    let own = room.pose_of(2).unwrap();
+    assert!((own.position[0] - (p[0] + 0.14)).abs() < 1e-6);
+}
+
+#[test]
+fn lead_pose_leaves_a_still_avatar_alone() {
+    let still = Pose {
+        position: [1.0, 0.0, 2.0],
+        ..Pose::default()
+    };
+    assert_eq!(encode::lead_pose(&still, 80), still);
+    let moving = Pose {
+        velocity: [2.0, 0.0, -1.0],
+        ..still
+    };
+    let led = encode::lead_pose(&moving, 40);
+    assert!((led.position[0] - 1.08).abs() < 1e-6 && (led.position[2] - 1.96).abs() < 1e-6);
+    let capped = encode::lead_pose(&moving, 10_000);
+    assert!((capped.position[0] - 1.2).abs() < 1e-6);
 }

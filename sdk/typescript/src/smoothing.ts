@@ -9,9 +9,10 @@
  *
  * 1. Inbox ordered by server time, capped at 10; stale samples dropped.
  * 2. First sighting snaps, then a cooldown of two send intervals.
- * 3. A render clock trailing the newest data by one sample interval (clamped 0.05–0.20 s) behind
- *    a link-delay envelope; ±10 % drift correction, catch-up (×1.5 at most) above 3 queued
- *    samples, a jump when more than 0.5 s off.
+ * 3. A render clock trailing the newest data by one sample interval (the longest recent gap between
+ *    moving samples, clamped 0.05–0.20 s) behind a link-delay envelope (the largest arrival minus
+ *    server time); both decay with the avatar's arrivals, not while it stands; ±10 % drift
+ *    correction, catch-up (×1.5 at most) above 3 queued samples, a jump when more than 0.5 s off.
  * 4. Hermite (or projective velocity blending) between moving samples, linear at rest or when
  *    the grounded flag or the jump count changes.
  * 5. Damped (0.33 s linear, stopped by 0.66 s) or capped (0.10 s) extrapolation when the inbox
@@ -195,6 +196,8 @@ export class Smoother {
   private renderT = 0;
   private lastNow: number | null = null;
   private link = 0;
+  /** Local arrival time of the newest sample: the envelopes decay on this clock. */
+  private lastArrival = 0;
   private interval: number;
   private branch: Branch | null = null;
   private blend: V3 = [0, 0, 0];
@@ -245,6 +248,7 @@ export class Smoother {
       this.passed = s;
       this.hold = true;
       this.link = obs;
+      this.lastArrival = arrival;
       this.renderT = s.t;
       this.cooldownUntil = arrival + 2 * this.cfg.sendIntervalS;
       this.branch = { kind: "from", s, hold: true };
@@ -258,7 +262,13 @@ export class Smoother {
       this.stats.stale += 1;
       return;
     }
-    this.link = Math.max(this.link, obs);
+    // The envelopes decay with the samples' arrivals, over gaps up to the longest interval: an
+    // avatar that stands sends nothing, and its silence says nothing about the link.
+    const gap = arrival - this.lastArrival;
+    const since = gap >= 0 && gap <= this.cfg.maxIntervalS ? gap : 0;
+    this.lastArrival = Math.max(this.lastArrival, arrival);
+    this.link = Math.max(this.link - this.cfg.envelopeDecay * since, obs);
+    this.interval = Math.max(this.interval - this.cfg.envelopeDecay * since, this.cfg.minIntervalS);
     this.stats.samples += 1;
     // Binary search by t: replace an equal time, else insert in order.
     let lo = 0;
@@ -295,7 +305,6 @@ export class Smoother {
     this.lastNow = now;
     this.out.placed = this.first;
     this.first = false;
-    this.link -= cfg.envelopeDecay * dt;
     const interval = this.intervalS();
 
     const cooling = now < this.cooldownUntil;
@@ -331,7 +340,7 @@ export class Smoother {
         this.hold = true;
       } else {
         this.hold = false;
-        if (b.t - a.t <= cfg.maxIntervalS && speed(a) >= cfg.restSpeed) this.interval += 0.2 * (b.t - a.t - this.interval);
+        if (b.t - a.t <= cfg.maxIntervalS && speed(a) >= cfg.restSpeed) this.interval = Math.max(this.interval, b.t - a.t); // the longest recent gap
       }
       a = b;
     }
