@@ -113,6 +113,8 @@ CASES=(
     "production|-f $CHART/values-production.yaml"
     "external-redis|--set redis.enabled=false --set redis.url=redis://redis.example:6379/0"
     "internal-tls|--set internalTls.secretName=plaza-internal-tls --set redis.enabled=false --set redis.url=rediss://redis.example:6380/0 --set redis.tlsCaSecret.name=redis-ca"
+    "external-redis-cluster|--set redis.enabled=false --set redis.external.mode=cluster --set redis.external.hosts={redis-0.redis:6379,redis-1.redis:6379,redis-2.redis:6379} --set redis.external.passwordSecret.name=redis-auth"
+    "external-redis-sentinel|--set redis.enabled=false --set redis.external.mode=sentinel --set redis.external.hosts={sentinel-0.sentinel:26379,sentinel-1.sentinel:26379,sentinel-2.sentinel:26379} --set redis.external.sentinelService=mymaster"
     "everything-on|--set gateway.autoscaling.enabled=true --set serviceMonitor.enabled=true --set prometheusRule.enabled=true --set redis.persistence.enabled=false --set podMonitor.enabled=true --set ingress.enabled=true --set redis.auth.password=given-pass"
 )
 # name | objects that case must render (Kind/name suffix)
@@ -121,6 +123,8 @@ EXPECT=(
     "production|Ingress/plaza NetworkPolicy/plaza-node NetworkPolicy/plaza-gateway ServiceMonitor/plaza PrometheusRule/plaza ConfigMap/plaza-dashboard Secret/plaza-admin HorizontalPodAutoscaler/plaza-gateway"
     "external-redis|NetworkPolicy/plaza-node Secret/plaza-admin"
     "internal-tls|NetworkPolicy/plaza-node Secret/plaza-admin"
+    "external-redis-cluster|NetworkPolicy/plaza-node Secret/plaza-admin"
+    "external-redis-sentinel|NetworkPolicy/plaza-node Secret/plaza-admin"
     "everything-on|Ingress/plaza PodMonitor/plaza ServiceMonitor/plaza HorizontalPodAutoscaler/plaza-gateway Secret/plaza-redis"
 )
 
@@ -175,7 +179,8 @@ done
 
 # The schema must refuse bad values (a schema that accepts anything would pass the above).
 for bad in "gateway.replicas=three" "config.room.tick_hz=fast" "redis.enabled=maybe" "nosuchkey=1" \
-    "config.log.format=xml" "ingress.hosts[0].paths[0].pathType=Sometimes" "redis.auth.password=a@b"; do
+    "config.log.format=xml" "ingress.hosts[0].paths[0].pathType=Sometimes" "redis.auth.password=a@b" \
+    "redis.external.mode=replicated"; do
     if "$HELM" template plaza "$CHART" --set "$bad" >/dev/null 2>"$OUT/bad.err"; then
         fail "values.schema.json accepted --set $bad"
     fi
@@ -183,7 +188,9 @@ done
 step "values.schema.json refuses bad values"
 # Rules between values the schema cannot express are refused by the templates, by name.
 for bad in "gateway.autoscaling.minReplicas=5 --set gateway.autoscaling.maxReplicas=3|must not exceed maxReplicas" \
-    "gateway.resources.requests.cpu=null|needs gateway.resources.requests.cpu"; do
+    "gateway.resources.requests.cpu=null|needs gateway.resources.requests.cpu" \
+    "redis.enabled=false --set redis.external.hosts={a:6379,b:6379}|takes one host" \
+    "redis.enabled=false --set redis.external.mode=sentinel --set redis.external.hosts={s:26379}|needs redis.external.sentinelService"; do
     flags=${bad%%|*}
     want=${bad#*|}
     # shellcheck disable=SC2086
@@ -196,5 +203,5 @@ for bad in "gateway.autoscaling.minReplicas=5 --set gateway.autoscaling.maxRepli
         fail "--set $flags: the error does not say '$want'"
     }
 done
-step "the gateway HPA refuses min > max replicas and a missing CPU request"
+step "the templates refuse min > max HPA replicas, a missing CPU request, bad redis.external"
 step "all good"

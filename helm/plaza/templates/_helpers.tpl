@@ -114,8 +114,38 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- else if .Values.redis.url }}
 - name: PLAZA__DIRECTORY__REDIS_URL
   value: {{ .Values.redis.url | quote }}
+{{- else if .Values.redis.external.hosts }}
+{{- $e := .Values.redis.external }}
+{{- $auth := "" }}
+{{- if $e.passwordSecret.name }}
+{{- $auth = ":$(PLAZA_REDIS_PASSWORD)@" }}
+- name: PLAZA_REDIS_PASSWORD
+  valueFrom:
+    secretKeyRef:
+      name: {{ $e.passwordSecret.name }}
+      key: {{ $e.passwordSecret.key }}
+{{- end }}
+{{- $scheme := ternary "rediss" "redis" (eq $e.tls true) }}
+{{- $hosts := join "," $e.hosts }}
+- name: PLAZA__DIRECTORY__REDIS_URL
+{{- if eq $e.mode "cluster" }}
+  value: {{ printf "%s+cluster://%s%s" $scheme $auth $hosts | quote }}
+{{- else if eq $e.mode "sentinel" }}
+{{- if $e.tls }}
+{{- fail "redis.external: tls is not supported with mode sentinel" }}
+{{- end }}
+{{- if not $e.sentinelService }}
+{{- fail "redis.external.mode sentinel needs redis.external.sentinelService" }}
+{{- end }}
+  value: {{ printf "redis+sentinel://%s%s/%s" $auth $hosts $e.sentinelService | quote }}
 {{- else }}
-{{- fail "redis.enabled is false: set redis.url or redis.existingSecret.name" }}
+{{- if ne (len $e.hosts) 1 }}
+{{- fail "redis.external.mode standalone takes one host (mode cluster or sentinel for several)" }}
+{{- end }}
+  value: {{ printf "%s://%s%s/%d" $scheme $auth $hosts (int $e.db) | quote }}
+{{- end }}
+{{- else }}
+{{- fail "redis.enabled is false: set redis.url, redis.existingSecret.name or redis.external.hosts" }}
 {{- end }}
 {{- end }}
 
