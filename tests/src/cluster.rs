@@ -21,7 +21,7 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use plaza_directory::test_util::RedisServer;
+use plaza_directory::test_util::{RedisCluster, RedisServer};
 use plaza_directory::{Epoch, RedisDirectory, RedisOptions, SharedDirectory};
 use plaza_load::LoadConfig;
 
@@ -107,6 +107,12 @@ pub struct ClusterOpts {
     pub log: String,
     /// More environment variables of every process (`PLAZA__SECTION__KEY` settings).
     pub env: Vec<(String, String)>,
+    /// The directory: one `redis-server` (`None`, the default) or a Redis Cluster of
+    /// `(masters, replicas per master)` started on loopback
+    /// ([`plaza_directory::test_util::RedisCluster`]) that every process reaches by
+    /// `redis+cluster://` seed URL. Only the Redis side differs (its short
+    /// `cluster-node-timeout` is Redis's own configuration); Plaza runs its shipped defaults.
+    pub redis_cluster: Option<(usize, usize)>,
 }
 
 /// The shipped defaults of the timing knobs (`ops/plaza.example.toml`).
@@ -119,6 +125,7 @@ const SHIPPED: ClusterOpts = ClusterOpts {
     empty_grace_ms: 10_000,
     log: String::new(),
     env: Vec::new(),
+    redis_cluster: None,
 };
 
 impl Default for ClusterOpts {
@@ -143,6 +150,7 @@ impl ClusterOpts {
             empty_grace_ms: 2_000,
             log: "info".into(),
             env: Vec::new(),
+            redis_cluster: None,
         }
     }
 }
@@ -213,10 +221,73 @@ impl Drop for Proc {
     }
 }
 
+/// The directory's Redis of a test [`Cluster`]: one server or a Redis Cluster.
+#[derive(Debug)]
+pub enum TestRedis {
+    /// One `redis-server` (the default).
+    Single(RedisServer),
+    /// A Redis Cluster on loopback ([`ClusterOpts::redis_cluster`]).
+    Cluster(RedisCluster),
+}
+
+impl From<RedisServer> for TestRedis {
+    fn from(s: RedisServer) -> Self {
+        Self::Single(s)
+    }
+}
+
+impl TestRedis {
+    fn start(cluster: Option<(usize, usize)>) -> Result<Self, String> {
+        match cluster {
+            None => RedisServer::start().map(Self::Single),
+            Some((masters, replicas)) => RedisCluster::start(masters, replicas).map(Self::Cluster),
+        }
+    }
+
+    /// The URL every process is given: `redis://127.0.0.1:PORT/`, or
+    /// `redis+cluster://127.0.0.1:P1,…` with every cluster node as a seed.
+    pub fn url(&self) -> String {
+        match self {
+            Self::Single(s) => s.url(),
+            Self::Cluster(c) => c.url(),
+        }
+    }
+
+    /// The single server's port. Panics on a Redis Cluster (use [`Self::cluster`]).
+    pub fn port(&self) -> u16 {
+        self.single().port()
+    }
+
+    /// Kills the single server and starts it again empty (a Redis restart that lost its
+    /// data). Panics on a Redis Cluster.
+    pub fn restart_empty(&mut self) -> Result<(), String> {
+        match self {
+            Self::Single(s) => s.restart_empty(),
+            Self::Cluster(_) => panic!("restart_empty: this harness runs a Redis Cluster"),
+        }
+    }
+
+    /// The single server. Panics on a Redis Cluster.
+    pub fn single(&self) -> &RedisServer {
+        match self {
+            Self::Single(s) => s,
+            Self::Cluster(_) => panic!("this harness runs a Redis Cluster, not one server"),
+        }
+    }
+
+    /// The Redis Cluster, if the harness runs one.
+    pub fn cluster(&mut self) -> Option<&mut RedisCluster> {
+        match self {
+            Self::Single(_) => None,
+            Self::Cluster(c) => Some(c),
+        }
+    }
+}
+
 /// Redis + nodes + gateways, as separate processes.
 pub struct Cluster {
-    /// The Redis server (restart it empty with `redis.restart_empty()`).
-    pub redis: RedisServer,
+    /// The directory's Redis (restart a single server empty with `redis.restart_empty()`).
+    pub redis: TestRedis,
     /// Node processes, in start order.
     pub nodes: Vec<Proc>,
     /// The (first) gateway process, `gw`.
@@ -234,19 +305,23 @@ impl Cluster {
     /// Starts Redis, `opts.nodes` nodes and `opts.gateways` gateways, and waits until every
     /// node is registered and every gateway is ready.
     pub async fn start(opts: ClusterOpts) -> anyhow::Result<Self> {
-        let redis = RedisServer::start().map_err(anyhow::Error::msg)?;
+        let cluster = opts.redis_cluster;
+        let redis = tokio::task::spawn_blocking(move || TestRedis::start(cluster))
+            .await?
+            .map_err(anyhow::Error::msg)?;
         Self::start_on(opts, redis, RedisOptions::default()).await
     }
 
-    /// [`Cluster::start`] on a Redis the caller started (e.g. [`RedisServer::start_tls`]);
-    /// the test's own directory client connects with `dir_opts` (e.g. its TLS CA). The
-    /// processes reach it at `redis.url()`; settings they need for it (`directory.redis_ca`)
-    /// go in `opts.env`.
+    /// [`Cluster::start`] on a Redis the caller started (e.g. [`RedisServer::start_tls`], or a
+    /// [`TestRedis`]); the test's own directory client connects with `dir_opts` (e.g. its TLS
+    /// CA). The processes reach it at `redis.url()`; settings they need for it
+    /// (`directory.redis_ca`) go in `opts.env`.
     pub async fn start_on(
         opts: ClusterOpts,
-        redis: RedisServer,
+        redis: impl Into<TestRedis>,
         dir_opts: RedisOptions,
     ) -> anyhow::Result<Self> {
+        let redis: TestRedis = redis.into();
         let bin = plaza_bin().map_err(anyhow::Error::msg)?;
         let dir = std::env::temp_dir().join(format!(
             "plaza-cluster-{}-{}",
@@ -694,6 +769,7 @@ fn spawn_with(
     if role == Role::Gateway {
         for (key, value) in [
             ("PLAZA__GATEWAY__MAX_PREAUTH_PER_IP", "100000"),
+            ("PLAZA__GATEWAY__MAX_SESSIONS_PER_IP", "100000"),
             ("PLAZA__GATEWAY__JOINS_PER_IP_PER_S", "100000"),
             ("PLAZA__GATEWAY__JOINS_PER_IP_BURST", "100000"),
         ] {
