@@ -340,12 +340,17 @@ impl RedisCluster {
                 .iter_mut()
                 .filter_map(|s| s.is_running().then_some(s.port))
                 .collect();
+            // Until every live node has flagged `port` FAIL (not merely `fail?`, suspected:
+            // the cluster state stays ok then, before any replica is promoted) and the state
+            // is ok again, i.e. its slots are served by a promoted replica.
             let ok = live.iter().all(|p| {
                 command(*p, "CLUSTER INFO").contains("cluster_state:ok")
                     && !command(*p, "CLUSTER NODES").lines().any(|l| {
-                        l.contains(&format!(":{port}@"))
-                            && l.contains("master")
-                            && !l.contains("fail")
+                        let f: Vec<&str> = l.split_whitespace().collect();
+                        f.len() > 2
+                            && f[1].contains(&format!(":{port}@"))
+                            && f[2].split(',').any(|x| x == "master")
+                            && !f[2].split(',').any(|x| x == "fail")
                     })
             });
             if ok {
