@@ -21,10 +21,11 @@
 
 use std::collections::BTreeMap;
 use std::io::IsTerminal as _;
+use std::path::{Path, PathBuf};
 
 use opentelemetry::KeyValue;
 use opentelemetry::trace::TracerProvider as _;
-use opentelemetry_otlp::WithExportConfig as _;
+use opentelemetry_otlp::{WithExportConfig as _, WithTonicConfig as _};
 use opentelemetry_sdk::propagation::TraceContextPropagator;
 use opentelemetry_sdk::trace::{Sampler, SdkTracerProvider};
 use tracing_subscriber::EnvFilter;
@@ -156,6 +157,23 @@ fn log_filter(cfg: &PlazaConfig, env: &BTreeMap<String, String>) -> (String, Str
     }
 }
 
+/// TLS of an `https://` OTLP endpoint: the CA file of `OTEL_EXPORTER_OTLP_CERTIFICATE`, else
+/// the system's roots (`SSL_CERT_FILE` / `SSL_CERT_DIR` are honoured); rustls with `ring`.
+fn otlp_tls(settings: &TraceSettings) -> anyhow::Result<tonic::transport::ClientTlsConfig> {
+    let read = |p: &Path| {
+        std::fs::read(p).map_err(|e| anyhow::anyhow!("OTLP TLS file {}: {e}", p.display()))
+    };
+    let mut tls = tonic::transport::ClientTlsConfig::new();
+    tls = match &settings.ca_certificate {
+        Some(ca) => tls.ca_certificate(tonic::transport::Certificate::from_pem(read(ca)?)),
+        None => tls.with_native_roots(),
+    };
+    if let Some((c, k)) = &settings.client_identity {
+        tls = tls.identity(tonic::transport::Identity::from_pem(read(c)?, read(k)?));
+    }
+    Ok(tls)
+}
+
 /// Where traces go, as configuration and the OpenTelemetry environment say.
 #[derive(Clone, Debug, PartialEq)]
 pub struct TraceSettings {
@@ -169,6 +187,12 @@ pub struct TraceSettings {
     pub attributes: BTreeMap<String, String>,
     /// The sampler name (OpenTelemetry spelling) and its argument.
     pub sampler: (String, Option<f64>),
+    /// For an `https://` endpoint: the CA file to trust instead of the system's roots
+    /// (`OTEL_EXPORTER_OTLP_TRACES_CERTIFICATE`, else `OTEL_EXPORTER_OTLP_CERTIFICATE`).
+    pub ca_certificate: Option<PathBuf>,
+    /// For an `https://` endpoint: a client certificate and key file (mTLS;
+    /// `OTEL_EXPORTER_OTLP_[TRACES_]CLIENT_CERTIFICATE` / `…_CLIENT_KEY`).
+    pub client_identity: Option<(PathBuf, PathBuf)>,
 }
 
 impl TraceSettings {
@@ -281,12 +305,33 @@ impl TraceSettings {
             (true, None) => Some(1.0),
             (false, _) => None,
         };
+        let file = |name: &str| {
+            get(&format!("OTEL_EXPORTER_OTLP_TRACES_{name}"))
+                .or_else(|| get(&format!("OTEL_EXPORTER_OTLP_{name}")))
+                .map(PathBuf::from)
+        };
+        let ca_certificate = file("CERTIFICATE");
+        let client_identity = match (file("CLIENT_CERTIFICATE"), file("CLIENT_KEY")) {
+            (Some(c), Some(k)) => Some((c, k)),
+            (None, None) => None,
+            _ => {
+                return Err(TelemetryError::Trace {
+                    source_name: "environment variable OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE"
+                        .into(),
+                    why: "set both OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE and \
+                          OTEL_EXPORTER_OTLP_CLIENT_KEY, or neither"
+                        .into(),
+                });
+            }
+        };
         Ok(Self {
             endpoint,
             service_name,
             instance_id,
             attributes,
             sampler: (sampler, arg),
+            ca_certificate,
+            client_identity,
         })
     }
 
@@ -404,10 +449,14 @@ pub fn init_with_env(
         let _ = tracing_subscriber::registry().with(fmt).try_init();
         return Ok(Telemetry::default());
     };
-    let exporter = opentelemetry_otlp::SpanExporter::builder()
+    let https = endpoint.starts_with("https://");
+    let mut builder = opentelemetry_otlp::SpanExporter::builder()
         .with_tonic()
-        .with_endpoint(endpoint)
-        .build()?;
+        .with_endpoint(endpoint);
+    if https {
+        builder = builder.with_tls_config(otlp_tls(&settings)?);
+    }
+    let exporter = builder.build()?;
     let mut attributes = vec![
         KeyValue::new("service.version", env!("CARGO_PKG_VERSION")),
         KeyValue::new("service.instance.id", settings.instance_id.clone()),
