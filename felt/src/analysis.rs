@@ -332,6 +332,9 @@ pub(crate) struct Measured {
     pub(crate) teleport_snaps: u64,
     /// Start / stop lags, ms.
     pub(crate) lags_ms: Vec<f64>,
+    /// Each start / stop lag minus the interpolation delay the smoother declared when the
+    /// rendered path crossed, ms: what the replica adds beyond the delay it declares.
+    pub(crate) lags_beyond_delay_ms: Vec<f64>,
     /// Unmatched server starts / stops (the replica never showed them within 2 s).
     pub(crate) lag_unmatched: u64,
     /// Declared interpolation delay (`now − offset − render_t`), ms.
@@ -420,10 +423,19 @@ pub(crate) fn measure(log: &ObserverLog, truth: &BTreeMap<u32, Vec<TruePose>>) -
             |t: f64| t >= first_local + 1.0 && t <= last_local - 2.5 && !near_tp(t - offset, 1.0);
         let (lags, unmatched) = rest_lags(path, &shown_path, hz, ramp, offset, keep);
         for (t, start, lag) in lags {
+            // The declared delay when the rendered path crossed.
+            let crossed = t + lag / 1000.0;
+            let i = shown
+                .partition_point(|s| s.local_s < crossed)
+                .min(shown.len() - 1);
+            let delay_ms = (shown[i].local_s - offset - shown[i].render_t) * 1000.0;
             if std::env::var_os("FELT_LAGS").is_some() {
-                eprintln!("lag entity={entity} t={t:.3} start={start} lag_ms={lag:.0}");
+                eprintln!(
+                    "lag entity={entity} t={t:.3} start={start} lag_ms={lag:.0} delay_ms={delay_ms:.0}"
+                );
             }
             m.lags_ms.push(lag);
+            m.lags_beyond_delay_ms.push(lag - delay_ms);
         }
         m.lag_unmatched += unmatched;
     }
