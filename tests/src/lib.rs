@@ -27,6 +27,10 @@ pub fn test_config() -> PlazaConfig {
     cfg.admin.listen = "127.0.0.1:0".parse().expect("literal address");
     cfg.node.listen = "127.0.0.1:0".parse().expect("literal address");
     cfg.room.empty_grace_ms = 2_000;
+    // Every test client comes from one address: the per-address join bucket (burst 40, 10/s)
+    // would refuse a test's 41st join within a second. `edge_limits` runs the shipped values.
+    cfg.gateway.joins_per_ip_burst = 100_000;
+    cfg.gateway.joins_per_ip_per_s = 100_000;
     cfg.log.level = "warn".into();
     cfg
 }

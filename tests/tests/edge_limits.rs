@@ -152,7 +152,15 @@ fn assert_closed_at_deadline(after: &[Duration], deadline: Duration, what: &str)
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn caps_shed_one_address_and_spare_the_others() {
-    let cfg = test_config();
+    // The shipped per-address limits (the harness lifts the join bucket for other tests).
+    let mut cfg = test_config();
+    let shipped = plaza_ops::config::PlazaConfig::defaults().gateway;
+    cfg.gateway.joins_per_ip_burst = shipped.joins_per_ip_burst;
+    cfg.gateway.joins_per_ip_per_s = shipped.joins_per_ip_per_s;
+    assert_eq!(
+        (shipped.joins_per_ip_burst, shipped.joins_per_ip_per_s),
+        (40, 10)
+    );
     let plaza = start_plaza(&cfg).await;
     let ws = plaza.ws_addr().unwrap();
     let admin = plaza.admin_addr();
