@@ -154,7 +154,7 @@ fn assert_closed_at_deadline(after: &[Duration], deadline: Duration, what: &str)
 async fn caps_shed_one_address_and_spare_the_others() {
     // The shipped per-address limits (the harness lifts the join bucket for other tests).
     let mut cfg = test_config();
-    let shipped = plaza_ops::config::PlazaConfig::defaults().gateway;
+    let shipped = PlazaConfig::defaults().gateway;
     cfg.gateway.joins_per_ip_burst = shipped.joins_per_ip_burst;
     cfg.gateway.joins_per_ip_per_s = shipped.joins_per_ip_per_s;
     assert_eq!(
