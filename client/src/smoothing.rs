@@ -21,6 +21,8 @@
 //! 6. Convex blends when new data moves the model away from what was shown (0.1 s, at most
 //!    5 m/s).
 //! 7. Snaps on a teleport flag, a jump over 5 m, or a gap over 0.20 s while moving.
+//!    A standing sample behind queued moving ones, on their line of travel within the room's
+//!    0.1 s lead, moves them back to the stop: the room led them past it.
 //! 8. Head IK and point-at ease on their own (exponential, 10/s).
 
 use plaza_proto::quant::QuantPose;
@@ -29,6 +31,12 @@ use serde::{Deserialize, Serialize};
 const JUMP_MASK: u16 = 0x0300;
 const GROUNDED: u16 = 1;
 const BLEND_EPSILON_M: f64 = 1e-4;
+/// The room's lead: a frame carries an avatar's last move forward along its velocity for at
+/// most this long (`plaza-room-core`'s `encode::MAX_LEAD_MS`).
+const MAX_LEAD_S: f64 = 0.1;
+/// How far off the line of travel (and how little past the stop) a led pose may be and still
+/// count as led past a stop: a few quantization steps.
+const LEAD_EPSILON_M: f64 = 0.01;
 
 /// A vector in world units.
 pub type V3 = [f64; 3];
@@ -288,6 +296,9 @@ pub struct SmoothingStats {
     pub clock_jumps: u64,
     /// Advances that extrapolated.
     pub extrapolating: u64,
+    /// Queued poses moved back to a stop they had been led past.
+    #[serde(default)]
+    pub unled: u64,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -468,15 +479,54 @@ impl Smoother {
         self.interval =
             (self.interval - self.cfg.envelope_decay * since).max(self.cfg.min_interval_s);
         self.stats.samples += 1;
-        match self.inbox.binary_search_by(|q| q.t.total_cmp(&s.t)) {
-            Ok(i) => self.inbox[i] = s,
-            Err(i) => self.inbox.insert(i, s),
-        }
+        let at = match self.inbox.binary_search_by(|q| q.t.total_cmp(&s.t)) {
+            Ok(i) => {
+                self.inbox[i] = s;
+                i
+            }
+            Err(i) => {
+                self.inbox.insert(i, s);
+                i
+            }
+        };
+        self.unlead_before_stop(at);
         let cap = self.cfg.inbox_cap.max(1);
         if self.inbox.len() > cap {
             let over = self.inbox.len() - cap;
             self.inbox.drain(..over);
             self.stats.overflow += over as u64;
+        }
+    }
+
+    /// A stop (the sample at `at` stands) that lies behind the queued moving samples before
+    /// it, on their line of travel and within the room's lead: the room carried those poses
+    /// forward along the last move's velocity to their frame's tick (`PROTOCOL.md` §2.8), past
+    /// the point where the avatar stopped between two moves. They are moved back to the stop
+    /// (at rest), so the replica arrives there instead of overshooting and coming back. Only
+    /// queued samples change; one already passed is what was shown.
+    fn unlead_before_stop(&mut self, at: usize) {
+        let stop = self.inbox[at];
+        if stop.teleport || stop.speed() >= self.cfg.rest_speed {
+            return;
+        }
+        for j in (0..at).rev() {
+            let q = self.inbox[j];
+            let speed = q.speed();
+            if q.teleport || speed < self.cfg.rest_speed {
+                break;
+            }
+            let past = sub(q.position, stop.position);
+            let along = dot(past, q.velocity) / speed;
+            let lateral = len(sub(past, scale(q.velocity, along / speed)));
+            if along <= LEAD_EPSILON_M
+                || along > speed * MAX_LEAD_S + LEAD_EPSILON_M
+                || lateral > LEAD_EPSILON_M
+            {
+                break;
+            }
+            self.inbox[j].position = stop.position;
+            self.inbox[j].velocity = [0.0; 3];
+            self.stats.unled += 1;
         }
     }
 
@@ -748,6 +798,10 @@ fn scale(a: V3, k: f64) -> V3 {
     [a[0] * k, a[1] * k, a[2] * k]
 }
 
+fn dot(a: V3, b: V3) -> f64 {
+    a[0] * b[0] + a[1] * b[1] + a[2] * b[2]
+}
+
 fn len(a: V3) -> f64 {
     (a[0] * a[0] + a[1] * a[1] + a[2] * a[2]).sqrt()
 }
@@ -839,6 +893,44 @@ mod tests {
         // No extrapolation from a sample that placed the avatar.
         assert_eq!(s.rendered().position, [1.0, 0.0, 0.0]);
         assert_eq!(s.rendered().phase, Phase::Holding);
+    }
+
+    #[test]
+    fn a_pose_led_past_a_stop_is_moved_back_and_the_replica_never_overshoots() {
+        // Walking +x at 3 m/s; stopped at x = 1.32 between two moves; the frame of 0.45 s was
+        // led on to 1.35 (past the stop), the frame of 0.5 s stands at 1.32.
+        let mut s = Smoother::default();
+        let mut max_x = f64::NEG_INFINITY;
+        let mut stop = walk(0.5, 1.32, 0.0);
+        stop.movement_kind = 0;
+        for i in 0..=8 {
+            let t = f64::from(i) * 0.05;
+            s.push(walk(t, 3.0 * t, 3.0), t + 0.08);
+        }
+        s.push(walk(0.45, 1.35, 3.0), 0.53);
+        s.push(stop, 0.58);
+        assert_eq!(s.stats().unled, 1);
+        for i in 0..120 {
+            let r = *s.advance(0.53 + f64::from(i) / 60.0).unwrap();
+            max_x = max_x.max(r.position[0]);
+        }
+        assert!(max_x <= 1.32 + 1e-9, "overshot to {max_x}");
+        assert_eq!(s.rendered().position, [1.32, 0.0, 0.0]);
+
+        // A turn back is not a lead: a pose off the line of travel, or further past than the
+        // room leads, stays.
+        let mut s = Smoother::default();
+        s.push(walk(0.0, 0.0, 3.0), 0.08);
+        s.push(walk(0.05, 0.6, 3.0), 0.13);
+        s.push(walk(0.1, 0.0, 0.0), 0.18);
+        assert_eq!(s.stats().unled, 0, "0.6 m past is more than 0.1 s of lead");
+        let mut s = Smoother::default();
+        s.push(walk(0.0, 0.0, 3.0), 0.08);
+        s.push(walk(0.05, 0.15, 3.0), 0.13);
+        let mut aside = walk(0.1, 0.1, 0.0);
+        aside.position[2] = 0.2;
+        s.push(aside, 0.18);
+        assert_eq!(s.stats().unled, 0, "the stop is off the line of travel");
     }
 
     #[test]

@@ -273,8 +273,10 @@ fn walker(t: f64) -> Pose {
                 p.point_at = Some([(25.0 - 1.5 * u) as f32, 1.0, 30.0]);
             }
         } else {
-            // Stopped.
-            set(&mut p, [27.0, 0.0, 30.0], [0.0; 3], 0);
+            // Stopped at x = 27.12, at 7.42 s between two moves: the frame of 7.44 s still
+            // carries the walk on along its velocity (the room's lead) to x = 27.09, past the
+            // stop; the smoother moves it back (`unled`).
+            set(&mut p, [27.12, 0.0, 30.0], [0.0; 3], 0);
             p.head = Some([0.0, 15.0]);
         }
     }

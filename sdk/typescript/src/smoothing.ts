@@ -27,6 +27,10 @@ export type V3 = [number, number, number];
 const JUMP_MASK = 0x0300;
 const GROUNDED = 1;
 const BLEND_EPSILON_M = 1e-4;
+/** The room's lead: a frame carries an avatar's last move forward along its velocity for at most this long. */
+const MAX_LEAD_S = 0.1;
+/** How far off the line of travel (and how little past the stop) a led pose may be and still count as led past a stop. */
+const LEAD_EPSILON_M = 0.01;
 
 /** One authoritative sample of a remote avatar, in world units. */
 export interface Sample {
@@ -119,6 +123,8 @@ export interface SmoothingStats {
   blends: number;
   clockJumps: number;
   extrapolating: number;
+  /** Queued poses moved back to a stop they had been led past. */
+  unled: number;
 }
 
 /** From one sample on (extrapolating unless `hold`), or between two. */
@@ -205,7 +211,7 @@ export class Smoother {
   private blendLen: number;
   private out: Rendered = { position: [0, 0, 0], yawDeg: 0, head: null, pointAt: null, renderT: 0, phase: "empty", placed: false };
   private first = false;
-  readonly stats: SmoothingStats = { samples: 0, stale: 0, overflow: 0, snaps: [0, 0, 0, 0], blends: 0, clockJumps: 0, extrapolating: 0 };
+  readonly stats: SmoothingStats = { samples: 0, stale: 0, overflow: 0, snaps: [0, 0, 0, 0], blends: 0, clockJumps: 0, extrapolating: 0, unled: 0 };
 
   constructor(cfg: SmoothingConfig = DEFAULT_SMOOTHING) {
     this.cfg = cfg;
@@ -284,11 +290,37 @@ export class Smoother {
       if (t < s.t) lo = mid + 1;
       else hi = mid;
     }
-    if (found >= 0) this.inbox[found] = s;
-    else this.inbox.splice(lo, 0, s);
+    let at = lo;
+    if (found >= 0) {
+      this.inbox[found] = s;
+      at = found;
+    } else this.inbox.splice(lo, 0, s);
+    this.unleadBeforeStop(at);
     while (this.inbox.length > Math.max(this.cfg.inboxCap, 1)) {
       this.inbox.shift();
       this.stats.overflow += 1;
+    }
+  }
+
+  /**
+   * A stop (the sample at `at` stands) behind the queued moving samples before it, on their
+   * line of travel and within the room's lead: the room carried those poses forward along the
+   * last move's velocity past the point where the avatar stopped between two moves. They are
+   * moved back to the stop (at rest). Only queued samples change.
+   */
+  private unleadBeforeStop(at: number): void {
+    const stop = this.inbox[at]!;
+    if (stop.teleport || speed(stop) >= this.cfg.restSpeed) return;
+    for (let j = at - 1; j >= 0; j--) {
+      const q = this.inbox[j]!;
+      const sp = speed(q);
+      if (q.teleport || sp < this.cfg.restSpeed) break;
+      const past = sub(q.position, stop.position);
+      const along = dot(past, q.velocity) / sp;
+      const lateral = len(sub(past, scale(q.velocity, along / sp)));
+      if (along <= LEAD_EPSILON_M || along > sp * MAX_LEAD_S + LEAD_EPSILON_M || lateral > LEAD_EPSILON_M) break;
+      this.inbox[j] = { ...q, position: [...stop.position], velocity: [0, 0, 0] };
+      this.stats.unled += 1;
     }
   }
 
@@ -499,6 +531,10 @@ function sub(a: V3, b: V3): V3 {
 
 function scale(a: V3, k: number): V3 {
   return [a[0] * k, a[1] * k, a[2] * k];
+}
+
+function dot(a: V3, b: V3): number {
+  return a[0] * b[0] + a[1] * b[1] + a[2] * b[2];
 }
 
 function len(a: V3): number {

@@ -36,7 +36,7 @@ type RustExtrapolation = { kind: "capped"; max_s: number } | { kind: "damped"; l
 interface Case {
   name: string;
   config: Record<string, number | string | RustExtrapolation>;
-  stats: { samples: number; stale: number; overflow: number; snaps: number[]; blends: number; clock_jumps: number; extrapolating: number };
+  stats: { samples: number; stale: number; overflow: number; snaps: number[]; blends: number; clock_jumps: number; extrapolating: number; unled: number };
   outputs: Output[];
 }
 interface Trace {
@@ -134,6 +134,7 @@ describe("shared smoothing trace", () => {
         blends: c.stats.blends,
         clockJumps: c.stats.clock_jumps,
         extrapolating: c.stats.extrapolating,
+        unled: c.stats.unled,
       });
     });
   }
