@@ -33,18 +33,24 @@ for i = 1, #all, 2 do
     end
   end
 end
--- Activation records with no member left and a lapsed deadline.
+-- Activation records with no member left and a lapsed deadline. An activation that never
+-- renewed (a room that lived less than one renewal period) has only its pending flag `E:p`
+-- and no deadline: it counts as lapsed, or its record would outlive the room forever.
 local a = redis.call('HGETALL', K_ACT)
+local acts = {}
 for i = 1, #a, 2 do
-  local f = a[i]
-  local id = string.match(f, '^(.*):d$')
+  local id, kind = string.match(a[i], '^(.*):([dcnp])$')
   if id then
-    local d = tonumber(a[i + 1])
-    if used[id] or (d > now and p[1]) then
-      watch(d)
-    else
-      redis.call('HDEL', K_ACT, id .. ':d', id .. ':c', id .. ':n', id .. ':p')
-    end
+    local rec = acts[id] or {d = 0}
+    if kind == 'd' then rec.d = tonumber(a[i + 1]) or 0 end
+    acts[id] = rec
+  end
+end
+for id, rec in pairs(acts) do
+  if used[id] or (rec.d > now and p[1]) then
+    if rec.d > 0 then watch(rec.d) end
+  else
+    redis.call('HDEL', K_ACT, id .. ':d', id .. ':c', id .. ':n', id .. ':p')
   end
 end
 if redis.call('EXISTS', K_MEM) == 0 then
