@@ -152,11 +152,48 @@ pub struct ServerError {
     pub in_reply_to: u32,
 }
 
+/// What kind of failure a frame had (`plaza_proto::frame::FrameError` without its numbers,
+/// `Copy`, for counting by kind).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FrameErrorKind {
+    /// The frame ended early.
+    Truncated,
+    /// The frame's base is not the last frame applied.
+    ChainBreak,
+    /// The held state does not hash to the frame's check.
+    CheckMismatch,
+    /// The frame breaks the format (what is wrong).
+    Malformed(&'static str),
+    /// The frame or a count in it exceeds the limits.
+    TooLarge,
+}
+
+impl FrameErrorKind {
+    /// The kind of `e`.
+    pub fn of(e: &FrameError) -> Self {
+        match e {
+            FrameError::Truncated => Self::Truncated,
+            FrameError::ChainBreak { .. } => Self::ChainBreak,
+            FrameError::CheckMismatch { .. } => Self::CheckMismatch,
+            FrameError::Malformed(what) => Self::Malformed(what),
+            FrameError::TooLarge => Self::TooLarge,
+        }
+    }
+
+    /// Whether the frame was well formed but did not fit the held state (a chain break or a
+    /// check mismatch), as opposed to bytes that do not decode.
+    pub fn is_check_failure(self) -> bool {
+        matches!(self, Self::ChainBreak | Self::CheckMismatch)
+    }
+}
+
 /// Why a frame was not applied (a resync went or is pending).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct FrameFailure {
     /// The decoder's error, as text.
     pub error: String,
+    /// The decoder's error, as a kind.
+    pub kind: FrameErrorKind,
     /// The resync reason it maps to (chain break, check mismatch, decode error).
     pub reason: pb::ResyncReason,
     /// Whether a `Resync` was sent for it (only the first failure until the keyframe sends one).
@@ -195,8 +232,9 @@ pub enum Event {
         /// Whether the resume token took the old session back.
         resumed: bool,
     },
-    /// `Joined` (a join, a resume into the room, or a new activation of the room).
-    Joined(RoomInfo),
+    /// `Joined` (a join, a resume into the room, or a new activation of the room). Boxed: the
+    /// room description is large and rare, and every queued event pays for the largest variant.
+    Joined(Box<RoomInfo>),
     /// `Left`: the session left its room (it may join again).
     Left {
         /// The room left.
@@ -206,6 +244,8 @@ pub enum Event {
     Frame {
         /// Frame sequence.
         seq: u32,
+        /// The sequence of the frame it applied onto (a keyframe's is its own business).
+        base_seq: u32,
         /// Room tick the frame describes.
         tick: u32,
         /// Whether it was a keyframe (everything held before was forgotten).
@@ -298,6 +338,9 @@ pub enum InputError {
 pub struct ConnectionStats {
     /// Envelopes received.
     pub envelopes: u64,
+    /// `SnapshotFrame` envelopes received (applied, failed or dropped while a keyframe was
+    /// awaited).
+    pub frames_received: u64,
     /// Frames applied.
     pub frames: u64,
     /// Keyframes applied.
@@ -441,6 +484,29 @@ impl Connection {
         self.wall_ms = ms;
     }
 
+    /// The token the next [`Connection::connected`] presents (a session resumed from another
+    /// process or connection; empty: none). The session id stays unknown until `Negotiated`.
+    pub fn set_resume_token(&mut self, token: impl Into<String>) {
+        self.resume_token = token.into();
+    }
+
+    /// The settings (read at the next [`Connection::connected`]: versions, auth, name).
+    pub fn config(&self) -> &ConnectionConfig {
+        &self.cfg
+    }
+
+    /// The settings, to change them before the next [`Connection::connected`] (versions,
+    /// auth token, name, resync retry, ping interval).
+    pub fn config_mut(&mut self) -> &mut ConnectionConfig {
+        &mut self.cfg
+    }
+
+    /// The frame decoder, mutable (tests that corrupt the held state on purpose to see the
+    /// check fail and a keyframe heal it).
+    pub fn decoder_mut(&mut self) -> &mut FrameDecoder {
+        &mut self.decoder
+    }
+
     /// Forget the resume token (the next connect starts a new session).
     pub fn forget_session(&mut self) {
         self.resume_token.clear();
@@ -520,6 +586,15 @@ impl Connection {
                 return Err(InputError::Decode(e.to_string()));
             }
         };
+        self.handle_envelope(env, now)
+    }
+
+    /// One server envelope already decoded by the caller (a harness that also keeps the raw
+    /// bodies), received at `now`. [`Connection::handle_input`] is this after the decode.
+    pub fn handle_envelope(&mut self, env: pb::ServerEnvelope, now: f64) -> Result<(), InputError> {
+        if self.state == State::Disconnected {
+            return Err(InputError::NotConnected);
+        }
         self.stats.envelopes += 1;
         let Some(body) = env.body else {
             return Ok(());
@@ -574,9 +649,12 @@ impl Connection {
                 self.decoder.reset();
                 self.awaiting_keyframe = true;
                 self.resync_sent_at = None;
-                self.push_event(Event::Joined(info));
+                self.push_event(Event::Joined(Box::new(info)));
             }
-            SBody::SnapshotFrame(f) => self.frame(&f.frame, now),
+            SBody::SnapshotFrame(f) => {
+                self.stats.frames_received += 1;
+                self.frame(&f.frame, now);
+            }
             SBody::Error(e) => {
                 let se = ServerError {
                     code: pb::ErrorCode::try_from(e.code).unwrap_or(pb::ErrorCode::Unspecified),
@@ -734,6 +812,13 @@ impl Connection {
         Some(self.push_body(body))
     }
 
+    /// Sends `body` whatever the state (even before `Negotiated`, even a second `Negotiate`):
+    /// for tests that send what a well-behaved client never would, to see the server refuse
+    /// it. Returns its sequence. Normal clients use [`Connection::send`].
+    pub fn send_unchecked(&mut self, body: CBody) -> u32 {
+        self.push_body(body)
+    }
+
     // === Internals ===
 
     fn send_join(&mut self, room: &str) -> u32 {
@@ -835,6 +920,7 @@ impl Connection {
                 }
                 self.push_event(Event::FrameFailed(FrameFailure {
                     error: error.to_string(),
+                    kind: FrameErrorKind::of(&error),
                     reason,
                     resync_sent,
                 }));
@@ -903,6 +989,7 @@ impl Connection {
         }
         self.push_event(Event::Frame {
             seq: d.seq,
+            base_seq: d.base_seq,
             tick: d.tick,
             keyframe: d.keyframe,
         });
@@ -1129,6 +1216,71 @@ mod tests {
         // A stale token refused with 4003 makes the next connect a new session.
         c.handle_close(Some(4003));
         assert_eq!(c.resume_token(), "");
+    }
+
+    #[test]
+    fn events_stay_small() {
+        // Thousands of connections in one load tool each queue a keyframe's worth of events.
+        assert!(size_of::<Event>() <= 128, "{}", size_of::<Event>());
+    }
+
+    #[test]
+    fn unchecked_sends_and_frame_kinds() {
+        let mut c = Connection::new(ConnectionConfig::default());
+        assert_eq!(c.send(CBody::Ping(pb::Ping { client_time_ms: 1 })), None);
+        let seq = c.send_unchecked(CBody::Join(pb::Join {
+            room_id: "early".into(),
+        }));
+        let s = sent(&mut c);
+        assert_eq!(s.len(), 1);
+        assert_eq!(s[0].sequence, seq);
+        c.set_resume_token("tok");
+        c.config_mut().versions = vec![pb::ProtocolVersion { major: 9, minor: 0 }];
+        c.connected(0.0);
+        match &sent(&mut c)[0].body {
+            Some(CBody::Negotiate(n)) => {
+                assert_eq!(n.resume_token, "tok");
+                assert_eq!(n.versions[0].major, 9);
+            }
+            b => panic!("{b:?}"),
+        }
+        c.handle_input(&negotiated(3, "t2"), 0.0).unwrap();
+        c.handle_input(&joined(1), 0.0).unwrap();
+        let mut enc = FrameEncoder::new(EncoderConfig::default());
+        c.handle_input(&frame(&mut enc, 1, &[rec(1, 1.0)]), 0.0)
+            .unwrap();
+        c.handle_input(&frame(&mut enc, 2, &[rec(1, 1.1)]), 0.0)
+            .unwrap();
+        let frames: Vec<(u32, u32, bool)> = events(&mut c)
+            .iter()
+            .filter_map(|e| match e {
+                Event::Frame {
+                    seq,
+                    base_seq,
+                    keyframe,
+                    ..
+                } => Some((*seq, *base_seq, *keyframe)),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(frames.len(), 2);
+        assert!(frames[0].2 && !frames[1].2);
+        assert_eq!(frames[1].1, frames[0].0);
+        assert_eq!(c.stats().frames_received, 2);
+        assert!(c.decoder().get(1).is_some());
+        let junk = env(SBody::SnapshotFrame(pb::SnapshotFrame {
+            frame: vec![0x17, 0xff, 0xff].into(),
+        }));
+        c.handle_input(&junk, 0.0).unwrap();
+        let failed = events(&mut c);
+        match failed.as_slice() {
+            [Event::FrameFailed(f)] => {
+                assert!(f.resync_sent);
+                assert!(!f.kind.is_check_failure());
+            }
+            e => panic!("{e:?}"),
+        }
+        assert_eq!(c.stats().frames_received, 3);
     }
 
     #[test]

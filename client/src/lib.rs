@@ -25,8 +25,8 @@ pub mod trace;
 pub mod tokio;
 
 pub use connection::{
-    CloseKind, Connection, ConnectionConfig, ConnectionStats, EntityChange, Event, RoomInfo,
-    ServerError, State,
+    CloseKind, Connection, ConnectionConfig, ConnectionStats, EntityChange, Event, FrameErrorKind,
+    FrameFailure, InputError, RoomInfo, ServerError, State,
 };
 pub use replica::{MissingReason, OwnPredictor, Replica, ReplicaDirectory, Source, StaleReason};
 pub use smoothing::{

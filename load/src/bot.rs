@@ -1,28 +1,32 @@
 //! One bot avatar: connect, negotiate, join, then walk, ping, decode every frame, until the run's
 //! deadline; reconnect with the resume token when the server goes away.
 //!
-//! The bot is a single tokio task driven by one `select!` over the WebSocket and a 100 ms client
-//! frame timer (movement is decided per client frame by [`crate::rate::SendRate`]; pings go every
-//! `ping_interval`; samples are flushed into the shared [`crate::stats::Stats`] once per second).
-//! Every `SnapshotFrame` goes through `plaza_proto::frame::FrameDecoder`; a chain break or check
-//! mismatch is counted and answered with `Resync`, any other decode error is counted as a decode
-//! error (and also answered with `Resync`): nothing is ignored.
+//! The bot is a client with a behaviour, not a second implementation of the protocol: its
+//! session is a [`plaza_client::Connection`] (negotiate, join, sequences, frames through
+//! `plaza_proto::frame::FrameDecoder`, resync, resume token, close codes), and the bot owns only
+//! the transport (a small-buffer WebSocket, TLS, the run's gateway rotation), the behaviour
+//! (walk, churn, interact, expressions, pings) and the measurements. One tokio task per bot,
+//! driven by one `select!` over the WebSocket and a 100 ms client frame timer (movement is decided
+//! per client frame by [`crate::rate::SendRate`]; pings go every `ping_interval`; samples are
+//! flushed into the shared [`crate::stats::Stats`] once per second). Every frame the connection
+//! could not apply is counted (chain breaks and check mismatches as check failures, anything
+//! else as a decode error) and the connection answers it with one `Resync` until the keyframe:
+//! nothing is ignored.
 //!
 //! Not here: spawning bots, the time series and the report (see `lib.rs` and `report.rs`).
 
-use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use futures_util::{SinkExt, StreamExt};
-use plaza_proto::frame::{FrameDecoder, FrameError};
-use plaza_proto::pb::{
-    self, ClientEnvelope, ConsentAction, ConsentOp, Emote, ErrorCode, Interaction, InteractionKind,
-    Join, Leave, Movement, MovementKind, Negotiate, Ping, ProtocolVersion, RejectReason, Resync,
-    ResyncReason, ServerEnvelope, Vec3, client_envelope::Body as CBody, event::Kind as EventKind,
-    server_envelope::Body as SBody,
+use plaza_client::{
+    CloseKind, Connection, ConnectionConfig, EntityChange, Event, FrameErrorKind, FrameFailure,
+    RoomInfo, ServerError,
 };
-use prost::Message as _;
+use plaza_proto::pb::{
+    self, ConsentAction, ConsentOp, Emote, ErrorCode, Interaction, InteractionKind, Join, Movement,
+    MovementKind, RejectReason, Vec3, client_envelope::Body as CBody,
+};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use tokio::net::TcpStream;
@@ -53,8 +57,8 @@ type Ws = WebSocketStream<MaybeTlsStream<TcpStream>>;
 const CLIENT_FRAME: Duration = Duration::from_millis(100);
 /// Samples are flushed every this many client frames.
 const FLUSH_EVERY: u32 = 10;
-/// A second `Resync` is sent only if no keyframe came within this time.
-const RESYNC_RETRY: Duration = Duration::from_secs(2);
+/// A second `Resync` is sent only if no keyframe came within this time, seconds.
+const RESYNC_RETRY_S: f64 = 2.0;
 
 /// What a bot is and where it goes.
 pub(crate) struct BotSpec {
@@ -87,7 +91,7 @@ pub(crate) enum ConnectError {
     Closed(Option<u16>),
     /// The server sent bytes that are not a `ServerEnvelope`.
     #[error("bad server envelope: {0}")]
-    Decode(#[from] prost::DecodeError),
+    Decode(String),
 }
 
 impl ConnectError {
@@ -111,20 +115,16 @@ impl ConnectError {
         }
     }
 
-    /// Whether trying again may succeed.
+    /// Whether trying again may succeed (a close as [`CloseKind`] takes it: 4005 room full is
+    /// "retry later").
     fn retryable(&self) -> bool {
         match self {
             Self::Ws(_) | Self::Timeout => true,
             Self::Refused { retryable, .. } => *retryable,
-            Self::Closed(c) => c.is_none_or(resumable_close),
+            Self::Closed(c) => CloseKind::of(*c).retryable(),
             Self::Decode(_) => false,
         }
     }
-}
-
-/// Close codes after which the bot reconnects (with its resume token).
-fn resumable_close(code: u16) -> bool {
-    matches!(code, 1001 | 1006 | 1011 | 1012 | 1013 | 4006 | 4008 | 4009)
 }
 
 /// How a connected session ended.
@@ -167,24 +167,30 @@ pub(crate) struct Bot {
     shared: Arc<Shared>,
     spec: BotSpec,
     rng: SmallRng,
+    /// The clock the connection is fed (seconds since this instant).
     epoch: Instant,
-    session_id: u64,
-    resume_token: Option<String>,
-    seq: u32,
+    /// The session: it outlives transports (its resume token brings the session back).
+    conn: Connection,
     walker: Walker,
     last_sent: Pose,
     first_move: bool,
     rate: SendRate,
-    decoder: FrameDecoder,
     own_entity: Option<u32>,
     room_moves: Arc<RoomMoves>,
     own_moves: Option<OwnMoves>,
     seen_last: IdMap<u64>,
+    /// Avatar positions of the frame being applied (its entered / updated events), matched
+    /// against the room's moves when its `Event::Frame` closes it. Reused: no allocation per
+    /// frame.
+    frame_moves: Vec<(u32, [f32; 3])>,
     last_frame_at: Option<Instant>,
-    resync_sent_at: Option<Instant>,
+    /// A `Resync` went and its keyframe has not come yet.
+    resync_pending: bool,
     /// The next frame is the join's keyframe (not a server-initiated one).
     expect_keyframe: bool,
-    pings: VecDeque<(u64, Instant)>,
+    /// The connection's `resyncs` and `dropped_awaiting_keyframe` already counted.
+    counted_resyncs: u64,
+    counted_dropped: u64,
     samples: LocalSamples,
     phase: Phase,
     leave_at: Option<Instant>,
@@ -201,7 +207,6 @@ pub(crate) struct Bot {
     /// Which of the run's gateway URLs the next connect uses (see `LoadConfig::gateway_url`).
     gateway_idx: usize,
 }
-
 impl Bot {
     pub(crate) fn new(shared: Arc<Shared>, spec: BotSpec) -> Self {
         let mut rng = SmallRng::seed_from_u64(spec.seed);
@@ -217,6 +222,15 @@ impl Bot {
         let frame_no = rng.random_range(0..1000);
         let stop = shared.stop.clone();
         let gateway_idx = spec.index;
+        let conn = Connection::new(ConnectionConfig {
+            auth_token: shared.cfg.auth_token.clone(),
+            client_name: format!("plaza-load-{}", spec.index),
+            room: Some(spec.room.clone()),
+            resync_retry_s: RESYNC_RETRY_S,
+            // The bot pings on its own cadence (spread over client frames, see below).
+            ping_interval_s: 0.0,
+            ..ConnectionConfig::default()
+        });
         Self {
             rate: SendRate::new(shared.cfg.send_rate),
             last_sent: walker.pose(),
@@ -225,19 +239,18 @@ impl Bot {
             spec,
             rng,
             epoch: now,
-            session_id: 0,
-            resume_token: None,
-            seq: 0,
+            conn,
             first_move: true,
-            decoder: FrameDecoder::new(),
             own_entity: None,
             room_moves,
             own_moves: None,
             seen_last: IdMap::default(),
+            frame_moves: Vec::new(),
             last_frame_at: None,
-            resync_sent_at: None,
+            resync_pending: false,
             expect_keyframe: true,
-            pings: VecDeque::new(),
+            counted_resyncs: 0,
+            counted_dropped: 0,
             samples: LocalSamples {
                 room: Some(room_stats),
                 ..LocalSamples::default()
@@ -276,7 +289,7 @@ impl Bot {
         let mut backoff = Duration::from_millis(100);
         while Instant::now() < deadline && !*self.stop.borrow() {
             let started = Instant::now();
-            let resuming = down_since.is_some() && self.resume_token.is_some();
+            let resuming = down_since.is_some() && !self.conn.resume_token().is_empty();
             match self.connect_and_join(resuming, deadline).await {
                 Ok(mut ws) => {
                     let now = Instant::now();
@@ -305,7 +318,7 @@ impl Bot {
                     stats.flush(&mut self.samples);
                     match end {
                         SessionEnd::Deadline => break,
-                        SessionEnd::Closed(Some(code)) if !resumable_close(code) => {
+                        SessionEnd::Closed(code) if !CloseKind::of(code).retryable() => {
                             lost = true;
                             break;
                         }
@@ -324,7 +337,7 @@ impl Bot {
                         && matches!(&e, ConnectError::Refused { code, .. } if code == "auth")
                     {
                         // The token is gone (e.g. expired): come back as a new session.
-                        self.resume_token = None;
+                        self.conn.forget_session();
                     }
                     attempts += 1;
                     self.gateway_idx += 1;
@@ -389,94 +402,80 @@ impl Bot {
         let (mut ws, _resp) = tokio::time::timeout_at(hs_deadline.into(), connect)
             .await
             .map_err(|_| ConnectError::Timeout)??;
-        let negotiate = Negotiate {
-            versions: vec![ProtocolVersion { major: 1, minor: 0 }],
-            auth_token: cfg.auth_token.clone(),
-            resume_token: if resuming {
-                self.resume_token.clone().unwrap_or_default()
-            } else {
-                String::new()
-            },
-            client_name: format!("plaza-load-{}", self.spec.index),
-        };
-        self.session_id = 0;
-        self.send(&mut ws, CBody::Negotiate(negotiate)).await?;
-        let negotiated = loop {
-            match self.recv_handshake(&mut ws, hs_deadline).await? {
-                SBody::Negotiated(n) => break n,
-                SBody::Error(e) => return Err(refused(&e)),
-                other => self.on_other(&mut ws, other).await?,
-            }
-        };
-        self.session_id = negotiated.session_id;
-        if !negotiated.resume_token.is_empty() {
-            self.resume_token = Some(negotiated.resume_token);
+        if !resuming {
+            self.conn.forget_session();
         }
-        // A resumed session may be put back in its room by the gateway: wait briefly for that.
-        if resuming {
-            let wait = (Instant::now() + Duration::from_millis(500)).min(hs_deadline);
-            loop {
-                match self.recv_handshake(&mut ws, wait).await {
-                    Ok(SBody::Joined(j)) => {
-                        self.on_joined(j, Instant::now());
-                        return Ok(ws);
-                    }
-                    Ok(SBody::Error(e)) => return Err(refused(&e)),
-                    Ok(other) => self.on_other(&mut ws, other).await?,
-                    Err(ConnectError::Timeout) => break,
-                    Err(e) => return Err(e),
+        let now = Instant::now();
+        self.conn.set_wall_clock_ms(unix_ms());
+        self.conn.connected(self.secs(now));
+        match self.handshake(&mut ws, hs_deadline).await {
+            Ok(()) => Ok(ws),
+            Err(e) => {
+                if !matches!(e, ConnectError::Closed(_)) {
+                    // The bot drops this transport; the connection keeps its resume token.
+                    self.transport_closed(None);
                 }
-            }
-        }
-        let room_id = self.spec.room.clone();
-        self.send(&mut ws, CBody::Join(Join { room_id })).await?;
-        loop {
-            match self.recv_handshake(&mut ws, hs_deadline).await? {
-                SBody::Joined(j) => {
-                    self.on_joined(j, Instant::now());
-                    return Ok(ws);
-                }
-                SBody::Error(e) if resuming && e.code == ErrorCode::AlreadyJoined as i32 => {
-                    // The gateway already rejoined us; our entity id comes with the next Joined or
-                    // stays unknown (then this bot only observes).
-                    self.phase = Phase::Joined;
-                    return Ok(ws);
-                }
-                SBody::Error(e) => return Err(refused(&e)),
-                other => self.on_other(&mut ws, other).await?,
+                Err(e)
             }
         }
     }
 
-    /// Reads the next server envelope body before `until`.
-    async fn recv_handshake(&mut self, ws: &mut Ws, until: Instant) -> Result<SBody, ConnectError> {
+    /// Reads until the connection reports `Joined` (negotiated, and joined or resumed into the
+    /// room), before `until`.
+    async fn handshake(&mut self, ws: &mut Ws, until: Instant) -> Result<(), ConnectError> {
+        self.flush(ws).await?;
         loop {
             let msg = tokio::time::timeout_at(until.into(), ws.next())
                 .await
                 .map_err(|_| ConnectError::Timeout)?;
-            match msg {
-                None => return Err(ConnectError::Closed(None)),
-                Some(Err(e)) => return Err(e.into()),
-                Some(Ok(Message::Binary(b))) => {
-                    self.samples.down_bytes += b.len() as u64;
-                    let env = match ServerEnvelope::decode(b) {
-                        Ok(env) => env,
-                        Err(e) => {
-                            self.count_decode_error("envelope");
-                            return Err(e.into());
-                        }
-                    };
-                    if let Some(body) = env.body {
-                        return Ok(body);
-                    }
+            let b = match msg {
+                None => {
+                    self.transport_closed(None);
+                    return Err(ConnectError::Closed(None));
                 }
+                Some(Err(e)) => return Err(e.into()),
+                Some(Ok(Message::Binary(b))) => b,
                 Some(Ok(Message::Close(frame))) => {
                     let code = frame.map(|f| u16::from(f.code));
                     self.count_close(code);
+                    self.transport_closed(code);
                     return Err(ConnectError::Closed(code));
                 }
-                Some(Ok(Message::Text(_))) => self.count_decode_error("text_message"),
-                Some(Ok(_)) => {}
+                Some(Ok(Message::Text(_))) => {
+                    self.count_decode_error("text_message");
+                    continue;
+                }
+                Some(Ok(_)) => continue,
+            };
+            let now = Instant::now();
+            if let Err(e) = self.input(&b, now) {
+                return Err(ConnectError::Decode(e.to_string()));
+            }
+            let mut joined = false;
+            while let Some(ev) = self.conn.poll_event() {
+                match ev {
+                    Event::Joined(info) => {
+                        self.on_joined(&info, now);
+                        joined = true;
+                    }
+                    // A resumed session that the gateway already put back in its room.
+                    Event::Error(e) if e.code == ErrorCode::AlreadyJoined => {
+                        self.phase = Phase::Joined;
+                        joined = true;
+                    }
+                    Event::Error(e) => return Err(refused(&e)),
+                    Event::Negotiated { .. } => {
+                        // A resumed session out of any room (it had left): join again.
+                        if self.conn.state() == plaza_client::State::Ready {
+                            self.conn.join(&self.spec.room);
+                        }
+                    }
+                    other => self.on_event(other, now, b.len()),
+                }
+            }
+            self.flush(ws).await?;
+            if joined {
+                return Ok(());
             }
         }
     }
@@ -496,10 +495,17 @@ impl Bot {
         tokio::pin!(stopped_early);
         loop {
             let step = tokio::select! {
-                msg = ws.next() => self.on_ws(ws, msg).await,
-                _ = tick.tick() => self.on_client_frame(ws).await.map_err(|_| SessionEnd::Abrupt),
+                msg = ws.next() => self.on_ws(msg),
+                _ = tick.tick() => {
+                    self.on_client_frame();
+                    Ok(())
+                }
                 _ = &mut stop => Err(SessionEnd::Deadline),
                 _ = &mut stopped_early => Err(SessionEnd::Deadline),
+            };
+            let step = match step {
+                Ok(()) => self.flush(ws).await.map_err(|_| SessionEnd::Abrupt),
+                Err(e) => Err(e),
             };
             match step {
                 Ok(()) => {}
@@ -507,12 +513,17 @@ impl Bot {
                     self.close_normally(ws).await;
                     return SessionEnd::Deadline;
                 }
+                Err(SessionEnd::Abrupt) => {
+                    self.transport_closed(None);
+                    return SessionEnd::Abrupt;
+                }
                 Err(end) => return end,
             }
         }
     }
 
     async fn close_normally(&mut self, ws: &mut Ws) {
+        self.transport_closed(Some(1000));
         let frame = CloseFrame {
             code: CloseCode::Normal,
             reason: "run over".into(),
@@ -527,9 +538,8 @@ impl Bot {
         .await;
     }
 
-    async fn on_ws(
+    fn on_ws(
         &mut self,
-        ws: &mut Ws,
         msg: Option<Result<Message, tungstenite::Error>>,
     ) -> Result<(), SessionEnd> {
         match msg {
@@ -543,29 +553,18 @@ impl Bot {
                 Err(SessionEnd::Abrupt)
             }
             Some(Ok(Message::Binary(b))) => {
-                let len = b.len() as u64;
-                self.samples.down_bytes += len;
-                match ServerEnvelope::decode(b) {
-                    Ok(ServerEnvelope {
-                        body: Some(body), ..
-                    }) => {
-                        if matches!(body, SBody::Expressions(_)) {
-                            Counters::add(&self.shared.stats.counters.expression_down_bytes, len);
-                        }
-                        self.on_server(ws, body)
-                            .await
-                            .map_err(|_| SessionEnd::Abrupt)
-                    }
-                    Ok(_) => Ok(()),
-                    Err(_) => {
-                        self.count_decode_error("envelope");
-                        Ok(())
-                    }
+                let now = Instant::now();
+                // A message that is not an envelope is counted (and skipped) by `input`.
+                let _ = self.input(&b, now);
+                while let Some(ev) = self.conn.poll_event() {
+                    self.on_session_event(ev, now, b.len());
                 }
+                Ok(())
             }
             Some(Ok(Message::Close(frame))) => {
                 let code = frame.map(|f| u16::from(f.code));
                 self.count_close(code);
+                self.transport_closed(code);
                 Err(SessionEnd::Closed(code))
             }
             Some(Ok(Message::Text(_))) => {
@@ -577,16 +576,69 @@ impl Bot {
         }
     }
 
-    async fn on_server(&mut self, ws: &mut Ws, body: SBody) -> Result<(), tungstenite::Error> {
-        match body {
-            SBody::SnapshotFrame(f) => {
-                if let Some(resync) = self.on_frame(&f.frame, Instant::now()) {
-                    self.send(ws, CBody::Resync(resync)).await?;
-                }
-                Ok(())
+    /// Hands one binary message to the connection and counts what it did (bytes, frames and
+    /// their intervals, resyncs, frames dropped while a keyframe was awaited).
+    fn input(&mut self, b: &[u8], now: Instant) -> Result<(), plaza_client::InputError> {
+        self.samples.down_bytes += b.len() as u64;
+        let frames_before = self.conn.stats().frames_received;
+        let r = self.conn.handle_input(b, self.secs(now));
+        if let Err(plaza_client::InputError::Decode(_)) = &r {
+            self.count_decode_error("envelope");
+        }
+        if self.conn.stats().frames_received != frames_before {
+            self.samples.frames += 1;
+            if let Some(prev) = self.last_frame_at {
+                self.samples.snapshot_interval.push(micros(now - prev));
             }
-            SBody::Joined(j) => {
-                let now = Instant::now();
+            self.last_frame_at = Some(now);
+        }
+        self.count_connection_stats();
+        r
+    }
+
+    /// Folds the connection's resync and awaiting-keyframe counters into the run's.
+    fn count_connection_stats(&mut self) {
+        let s = self.conn.stats();
+        let (resyncs, dropped) = (s.resyncs, s.dropped_awaiting_keyframe);
+        let counters = &self.shared.stats.counters;
+        if resyncs != self.counted_resyncs {
+            Counters::add(
+                &counters.keyframes_requested,
+                resyncs.saturating_sub(self.counted_resyncs),
+            );
+            self.counted_resyncs = resyncs;
+            self.resync_pending = true;
+        }
+        if dropped != self.counted_dropped {
+            // Deltas that were in flight behind the broken one: expected until the keyframe.
+            Counters::add(
+                &counters.frames_awaiting_keyframe,
+                dropped.saturating_sub(self.counted_dropped),
+            );
+            self.counted_dropped = dropped;
+        }
+    }
+
+    /// Tells the connection its transport is gone (it keeps or forgets its resume token by the
+    /// close code) and drops what that reports.
+    fn transport_closed(&mut self, code: Option<u16>) {
+        self.conn.handle_close(code);
+        while self.conn.poll_event().is_some() {}
+    }
+
+    /// Writes what the connection queued, one WebSocket message per envelope.
+    async fn flush(&mut self, ws: &mut Ws) -> Result<(), tungstenite::Error> {
+        while let Some(bytes) = self.conn.poll_transmit() {
+            self.samples.up_bytes += bytes.len() as u64;
+            ws.send(Message::Binary(bytes.into())).await?;
+        }
+        Ok(())
+    }
+
+    /// Events in a joined session (a `Joined` here is a rejoin or an in-session resume).
+    fn on_session_event(&mut self, ev: Event, now: Instant, len: usize) {
+        match ev {
+            Event::Joined(info) => {
                 let stats = &self.shared.stats;
                 match self.phase {
                     Phase::Joining { .. } => Counters::add(&stats.counters.rejoins, 1),
@@ -600,29 +652,28 @@ impl Bot {
                     }
                     _ => {}
                 }
-                self.on_joined(j, now);
-                Ok(())
+                self.on_joined(&info, now);
             }
-            SBody::Left(_) => {
-                self.enter_away(Instant::now());
-                Ok(())
+            Event::Error(e) => {
+                let code = error_name(e.code as i32);
+                self.shared.stats.keyed.lock().error_codes.bump(code);
             }
-            other => self.on_other(ws, other).await,
+            other => self.on_event(other, now, len),
         }
     }
 
-    /// Messages that mean the same in the handshake and in the session.
-    async fn on_other(&mut self, ws: &mut Ws, body: SBody) -> Result<(), tungstenite::Error> {
-        let now = Instant::now();
-        match body {
-            SBody::Pong(p) => {
-                if let Some(i) = self.pings.iter().position(|(t, _)| *t == p.client_time_ms) {
-                    let (_, at) = self.pings[i];
-                    self.samples.rtt.push(micros(now - at));
-                    self.pings.drain(..=i);
-                }
+    /// Events that mean the same in the handshake and in the session. `len`: bytes of the
+    /// message that carried them.
+    fn on_event(&mut self, ev: Event, now: Instant, len: usize) {
+        match ev {
+            Event::EntityEntered(c) | Event::EntityUpdated(c) => self.on_entity(&c),
+            Event::EntityLeft { entity } => {
+                self.seen_last.remove(&entity);
             }
-            SBody::Correction(c) => {
+            Event::Frame { keyframe, .. } => self.on_frame(keyframe, now),
+            Event::FrameFailed(f) => self.on_frame_failed(&f),
+            Event::Pong { rtt_s } => self.samples.rtt.push((rtt_s.max(0.0) * 1e6) as u64),
+            Event::Correction(c) => {
                 let reason = RejectReason::try_from(c.reason).map_or_else(
                     |_| format!("unknown_{}", c.reason),
                     |r| short(r.as_str_name(), "REJECT_REASON_"),
@@ -637,47 +688,122 @@ impl Bot {
                     self.walker.teleport([p.x, p.y, p.z]);
                 }
             }
-            SBody::Error(e) => {
-                let code = error_name(e.code);
+            Event::Error(e) => {
+                let code = error_name(e.code as i32);
                 self.shared.stats.keyed.lock().error_codes.bump(code);
             }
-            SBody::Event(ev) => self.on_event(ws, ev).await?,
-            SBody::SnapshotFrame(f) => {
-                if let Some(resync) = self.on_frame(&f.frame, now) {
-                    self.send(ws, CBody::Resync(resync)).await?;
-                }
+            Event::Joined(info) => self.on_joined(&info, now),
+            Event::Left { .. } => self.enter_away(now),
+            // Moving / back need nothing while the session stays open; a gateway going away
+            // says when to reconnect.
+            Event::ReconnectAdvised { after_s } => {
+                self.reconnect_after = Some(secs(after_s));
             }
-            SBody::Joined(j) => self.on_joined(j, now),
-            SBody::Left(_) => self.enter_away(now),
-            SBody::RoomStatus(st) => {
-                // Moving / back need nothing while the session stays open; a gateway going away
-                // says when to reconnect.
-                if st.kind == pb::RoomStatusKind::Reconnect as i32 {
-                    self.reconnect_after =
-                        Some(Duration::from_millis(st.reconnect_after_ms.into()));
-                }
-            }
-            SBody::Negotiated(_) => {}
-            SBody::Expressions(x) => {
+            Event::Expressions(x) => {
                 let c = &self.shared.stats.counters;
                 Counters::add(&c.expression_frames, 1);
                 Counters::add(&c.expression_states, x.states.len() as u64);
+                Counters::add(&c.expression_down_bytes, len as u64);
             }
+            Event::Prop(p) => {
+                self.count_event("prop");
+                self.shared
+                    .props
+                    .observe(&self.spec.room, &p, &self.shared.stats);
+                if self.own_entity.is_some_and(|o| o == p.holder_entity) {
+                    self.interact.held_prop = Some(p.prop_id);
+                } else if self.interact.held_prop == Some(p.prop_id) {
+                    self.interact.held_prop = None;
+                }
+            }
+            Event::Rejected(r) => {
+                self.count_event("rejected");
+                let reason = if r.reason.is_empty() {
+                    "unspecified".into()
+                } else {
+                    r.reason
+                };
+                self.shared
+                    .stats
+                    .keyed
+                    .lock()
+                    .rejections_by_reason
+                    .bump(reason);
+            }
+            Event::Consent(c) => {
+                self.count_event("consent");
+                if self.spec.mix.kind == BotKind::Interactor {
+                    self.on_consent(&c);
+                }
+            }
+            Event::SceneSync(s) => {
+                self.count_event("scene_sync");
+                // A late joiner got the scene's state and the ticks since: it has run them.
+                if self.spec.mix.kind == BotKind::Interactor {
+                    self.send(CBody::SceneControl(pb::SceneControl {
+                        scene_id: s.scene_id,
+                        op: pb::SceneControlOp::CaughtUp as i32,
+                        ..Default::default()
+                    }));
+                }
+            }
+            Event::SceneClient(e) => {
+                self.count_event("scene_client");
+                // The room asks the scene's master for its game state (bots keep none: an
+                // empty state at the asked tick).
+                if self.spec.mix.kind == BotKind::Interactor
+                    && e.kind == pb::SceneClientEventKind::StateRequested as i32
+                {
+                    self.send(CBody::SceneControl(pb::SceneControl {
+                        scene_id: e.scene_id,
+                        op: pb::SceneControlOp::State as i32,
+                        tick: e.tick,
+                        game_state: Default::default(),
+                    }));
+                }
+            }
+            Event::Emote(_) => self.count_event("emote"),
+            Event::SceneTick(_) => self.count_event("scene_tick"),
+            Event::Roster(_) => self.count_event("roster"),
+            Event::Teleported(_) => self.count_event("teleported"),
+            Event::Block(_) => self.count_event("block"),
+            Event::Negotiated { .. }
+            | Event::Own(_)
+            | Event::RoomMoving { .. }
+            | Event::RoomBack { .. }
+            | Event::Closed { .. } => {}
         }
-        Ok(())
     }
 
-    fn on_joined(&mut self, j: pb::Joined, now: Instant) {
-        self.own_entity = Some(j.entity_id);
-        self.own_moves = Some(self.room_moves.register(j.entity_id));
-        if let Some(p) = j.position {
-            self.walker.teleport([p.x, p.y, p.z]);
+    fn count_event(&self, name: &'static str) {
+        self.shared.stats.keyed.lock().events_by_kind.bump(name);
+    }
+
+    fn on_consent(&mut self, c: &pb::ConsentEvent) {
+        let accept = self.rng.random_bool(0.8);
+        match consent_reaction(c, self.own_entity, accept) {
+            Some(ConsentReaction::Answer(op)) => {
+                Counters::add(&self.shared.stats.counters.consent_sent, 1);
+                self.send(CBody::Consent(ConsentAction {
+                    op: op as i32,
+                    consent_id: c.consent_id,
+                    ..ConsentAction::default()
+                }));
+            }
+            Some(ConsentReaction::ReleaseLater) => self.interact.active.push(c.consent_id),
+            None => {}
         }
-        self.decoder.reset();
-        self.resync_sent_at = None;
+    }
+
+    fn on_joined(&mut self, info: &RoomInfo, now: Instant) {
+        self.own_entity = Some(info.entity);
+        self.own_moves = Some(self.room_moves.register(info.entity));
+        self.walker.teleport(info.spawn);
+        self.resync_pending = false;
         self.expect_keyframe = true;
         self.last_frame_at = None;
         self.seen_last.clear();
+        self.frame_moves.clear();
         self.first_move = true;
         self.rate = SendRate::new(self.shared.cfg.send_rate);
         self.phase = Phase::Joined;
@@ -698,116 +824,95 @@ impl Bot {
         };
     }
 
-    /// Forgets the room (own entity registration, held frames).
+    /// Forgets the room (own entity registration, frame timing); the connection forgets its
+    /// held frames itself.
     fn leave_room_state(&mut self) {
         self.own_moves = None;
         self.own_entity = None;
         self.last_frame_at = None;
-        self.decoder.reset();
+        self.frame_moves.clear();
     }
 
-    /// Decodes one snapshot frame; returns the `Resync` to send if it did not apply.
-    fn on_frame(&mut self, frame: &[u8], now: Instant) -> Option<Resync> {
-        self.samples.frames += 1;
-        if let Some(prev) = self.last_frame_at {
-            self.samples.snapshot_interval.push(micros(now - prev));
+    // === Frames ===
+
+    /// An entity the frame being applied entered or updated: other avatars' positions are
+    /// kept for the move-to-seen match.
+    fn on_entity(&mut self, c: &EntityChange) {
+        if c.record.kind == 0 && Some(c.entity()) != self.own_entity {
+            self.frame_moves
+                .push((c.entity(), c.record.pose.position_m()));
         }
-        self.last_frame_at = Some(now);
+    }
+
+    /// A frame was applied (its entity events came before).
+    fn on_frame(&mut self, keyframe: bool, now: Instant) {
         let counters = &self.shared.stats.counters;
-        match self.decoder.apply(frame) {
-            Ok(d) => {
-                if d.keyframe {
-                    if self.resync_sent_at.is_none() && !self.expect_keyframe {
-                        Counters::add(&counters.keyframes_unrequested, 1);
-                    }
-                    self.resync_sent_at = None;
-                    // Everything arrives anew: first sightings, not moves.
-                    self.seen_last.clear();
-                    Counters::add(&counters.keyframes, 1);
-                }
-                for id in &d.removed {
-                    self.seen_last.remove(id);
-                }
-                self.expect_keyframe = false;
-                if !d.changed.is_empty() {
-                    let own = self.own_entity;
-                    let decoder = &self.decoder;
-                    let samples = &mut self.samples.move_to_seen;
-                    let changed = d
-                        .changed
-                        .iter()
-                        .filter(|id| Some(**id) != own)
-                        .filter_map(|id| decoder.get(*id))
-                        .filter(|r| r.kind == 0)
-                        .map(|r| (r.id, r.pose.position_m()));
-                    self.room_moves.observe(
-                        now,
-                        changed,
-                        self.shared.cfg.seen_tolerance_m,
-                        &mut self.seen_last,
-                        |us| samples.push(us),
-                    );
-                }
-                None
+        if keyframe {
+            if !self.resync_pending && !self.expect_keyframe {
+                Counters::add(&counters.keyframes_unrequested, 1);
             }
-            Err(e) => {
-                if self.resync_sent_at.is_some_and(|t| now - t < RESYNC_RETRY) {
-                    // Deltas that were in flight behind the broken one: expected until the keyframe.
-                    Counters::add(&counters.frames_awaiting_keyframe, 1);
-                    return None;
-                }
-                let reason = match e {
-                    FrameError::ChainBreak { .. } => {
-                        Counters::add(&counters.check_failures, 1);
-                        ResyncReason::ChainBreak
-                    }
-                    FrameError::CheckMismatch { .. } => {
-                        Counters::add(&counters.check_failures, 1);
-                        ResyncReason::CheckMismatch
-                    }
-                    FrameError::Truncated | FrameError::Malformed(_) | FrameError::TooLarge => {
-                        Counters::add(&counters.decode_errors, 1);
-                        ResyncReason::DecodeError
-                    }
-                };
-                let kind = match e {
-                    FrameError::ChainBreak { .. } => "chain_break".to_owned(),
-                    FrameError::CheckMismatch { .. } => "check_mismatch".to_owned(),
-                    FrameError::Truncated => "truncated".to_owned(),
-                    FrameError::TooLarge => "too_large".to_owned(),
-                    FrameError::Malformed(what) => format!("malformed_{}", what.replace(' ', "_")),
-                };
-                self.shared.stats.keyed.lock().frame_errors.bump(kind);
-                tracing::debug!(bot = self.spec.index, error = %e, "frame not applied");
-                Counters::add(&counters.keyframes_requested, 1);
-                self.resync_sent_at = Some(now);
-                Some(Resync {
-                    last_frame_seq: self.decoder.last_seq().unwrap_or(0),
-                    reason: reason as i32,
-                })
-            }
+            self.resync_pending = false;
+            // Everything arrives anew: first sightings, not moves.
+            self.seen_last.clear();
+            Counters::add(&counters.keyframes, 1);
         }
+        self.expect_keyframe = false;
+        if !self.frame_moves.is_empty() {
+            let samples = &mut self.samples.move_to_seen;
+            self.room_moves.observe(
+                now,
+                self.frame_moves.drain(..),
+                self.shared.cfg.seen_tolerance_m,
+                &mut self.seen_last,
+                |us| samples.push(us),
+            );
+        }
+    }
+
+    /// A frame did not apply: counted by kind (the connection sent the `Resync`).
+    fn on_frame_failed(&mut self, f: &FrameFailure) {
+        self.frame_moves.clear();
+        let counters = &self.shared.stats.counters;
+        if f.kind.is_check_failure() {
+            Counters::add(&counters.check_failures, 1);
+        } else {
+            Counters::add(&counters.decode_errors, 1);
+        }
+        let kind = match f.kind {
+            FrameErrorKind::ChainBreak => "chain_break".to_owned(),
+            FrameErrorKind::CheckMismatch => "check_mismatch".to_owned(),
+            FrameErrorKind::Truncated => "truncated".to_owned(),
+            FrameErrorKind::TooLarge => "too_large".to_owned(),
+            FrameErrorKind::Malformed(what) => format!("malformed_{}", what.replace(' ', "_")),
+        };
+        self.shared.stats.keyed.lock().frame_errors.bump(kind);
+        tracing::debug!(bot = self.spec.index, error = %f.error, "frame not applied");
     }
 
     // === Client frame: movement, churn, interactions, pings ===
 
-    async fn on_client_frame(&mut self, ws: &mut Ws) -> Result<(), tungstenite::Error> {
+    fn on_client_frame(&mut self) {
         let now = Instant::now();
         self.frame_no = self.frame_no.wrapping_add(1);
+        self.conn.set_wall_clock_ms(unix_ms());
+        // A resync whose keyframe did not come goes again.
+        self.conn.handle_timeout(self.secs(now));
         match self.phase {
             Phase::Joined => {
                 self.walker.step(&self.spec.mix, now, &mut self.rng);
                 let changed = self.walker.changed_since(&self.last_sent);
                 if self.rate.poll(now, changed, self.first_move).should_send() {
-                    self.send_movement(ws, now).await?;
+                    self.send_movement(now);
                 }
-                self.send_expressions(ws).await?;
+                self.send_expressions();
                 if self.leave_at.is_some_and(|t| now >= t) {
                     self.leave_at = None;
-                    self.send(ws, CBody::Leave(Leave {})).await?;
+                    if self.conn.leave().is_none() {
+                        self.send(CBody::Leave(pb::Leave {}));
+                    }
                     self.phase = Phase::Leaving { since: now };
                 } else if self.interact.next_action.is_some_and(|t| now >= t) {
-                    self.interact_once(ws, now).await?;
+                    self.interact_once(now);
                 }
             }
             Phase::Leaving { since } => {
@@ -818,8 +923,10 @@ impl Bot {
             }
             Phase::Away { until } => {
                 if now >= until {
-                    let room_id = self.spec.room.clone();
-                    self.send(ws, CBody::Join(Join { room_id })).await?;
+                    if self.conn.join(&self.spec.room).is_none() {
+                        let room_id = self.spec.room.clone();
+                        self.send(CBody::Join(Join { room_id }));
+                    }
                     self.phase = Phase::Joining { since: now };
                 }
             }
@@ -832,28 +939,22 @@ impl Bot {
         }
         let ping_frames =
             (self.shared.cfg.ping_interval.as_millis() / CLIENT_FRAME.as_millis()).max(1);
-        if u128::from(self.frame_no) % ping_frames == 0 {
-            let t = unix_ms();
-            self.pings.push_back((t, now));
-            if self.pings.len() > 8 {
-                self.pings.pop_front();
-            }
+        if u128::from(self.frame_no) % ping_frames == 0 && self.conn.ping(self.secs(now)).is_some()
+        {
             self.samples.pings += 1;
-            self.send(ws, CBody::Ping(Ping { client_time_ms: t }))
-                .await?;
         }
+        self.count_connection_stats();
         if self.frame_no.is_multiple_of(FLUSH_EVERY) {
             self.shared.stats.flush(&mut self.samples);
         }
-        Ok(())
     }
 
     /// `expression_hz` expressions per second, spread over the client frames (an accumulator:
     /// 10 Hz is one per 100 ms frame); each a new id and intensity.
-    async fn send_expressions(&mut self, ws: &mut Ws) -> Result<(), tungstenite::Error> {
+    fn send_expressions(&mut self) {
         let hz = self.shared.cfg.expression_hz;
         if hz == 0 {
-            return Ok(());
+            return;
         }
         let per_s = (1000 / CLIENT_FRAME.as_millis()) as u32;
         self.expression_acc += hz;
@@ -865,13 +966,12 @@ impl Bot {
                 expression_id: 1 + n % 7,
                 intensity_bp: (n * 1_300) % 10_001,
             };
-            self.send(ws, CBody::Expression(e)).await?;
+            self.send(CBody::Expression(e));
             Counters::add(&self.shared.stats.counters.expressions_sent, 1);
         }
-        Ok(())
     }
 
-    async fn send_movement(&mut self, ws: &mut Ws, now: Instant) -> Result<(), tungstenite::Error> {
+    fn send_movement(&mut self, now: Instant) {
         let pose = self.walker.pose();
         let speed = (pose.velocity[0].powi(2) + pose.velocity[2].powi(2)).sqrt();
         let kind = if !self.walker.is_walking() || speed < 0.01 {
@@ -891,18 +991,20 @@ impl Bot {
             timestamp: now.duration_since(self.epoch).as_secs_f64(),
             ..Movement::default()
         };
-        self.send(ws, CBody::Movement(m)).await?;
+        if self.conn.send_movement(m).is_none() {
+            // Not in a room at the connection's word (a join or resume is under way).
+            return;
+        }
         if let Some(own) = &mut self.own_moves {
             own.sent(now, pose.position);
         }
         self.samples.movements += 1;
         self.last_sent = pose;
         self.first_move = false;
-        Ok(())
     }
 
     /// One interactor action: place a held prop, pick one up, request consent, or emote.
-    async fn interact_once(&mut self, ws: &mut Ws, now: Instant) -> Result<(), tungstenite::Error> {
+    fn interact_once(&mut self, now: Instant) {
         let mix = &self.spec.mix;
         self.interact.next_action = Some(now + secs(mix.action_every_s.sample(&mut self.rng)));
         let pos = self.walker.pose().position;
@@ -914,7 +1016,8 @@ impl Bot {
                 consent_id,
                 ..ConsentAction::default()
             };
-            return self.send(ws, CBody::Consent(c)).await;
+            self.send(CBody::Consent(c));
+            return;
         }
         let roll: f64 = self.rng.random();
         if let Some(prop) = self.interact.held_prop.filter(|_| roll < 0.5) {
@@ -926,13 +1029,15 @@ impl Bot {
                 velocity: Some(vec3([0.0; 3])),
                 room_id: String::new(),
             };
-            return self.send(ws, CBody::Interaction(i)).await;
+            self.send(CBody::Interaction(i));
+            return;
         }
         if roll < 0.6 && self.interact.held_prop.is_none() {
             // Go for the nearest prop the bot sees (props are snapshot entities of kind 1,
             // entity id = PROP_ENTITY_BASE + prop id); pick it up once within reach.
             let nearest = self
-                .decoder
+                .conn
+                .decoder()
                 .entities()
                 .filter(|r| r.kind == PROP_KIND && r.id > PROP_ENTITY_BASE)
                 .map(|r| {
@@ -947,7 +1052,7 @@ impl Bot {
                     self.walker.head_to([p[0], p[2]]);
                     // Try anyway now and then: the room's refusal (out of reach) is counted.
                     if self.rng.random::<f64>() >= 0.2 {
-                        return Ok(());
+                        return;
                     }
                     self.rng.random_range(1..=mix.props)
                 }
@@ -961,12 +1066,14 @@ impl Bot {
                 velocity: None,
                 room_id: String::new(),
             };
-            return self.send(ws, CBody::Interaction(i)).await;
+            self.send(CBody::Interaction(i));
+            return;
         }
         if roll < 0.85 {
             let own = self.own_entity;
             let others: Vec<u32> = self
-                .decoder
+                .conn
+                .decoder()
                 .entities()
                 .filter(|r| r.kind == 0 && Some(r.id) != own)
                 .map(|r| r.id)
@@ -981,7 +1088,8 @@ impl Bot {
                     target_entity: target,
                     consent_id: 0,
                 };
-                return self.send(ws, CBody::Consent(c)).await;
+                self.send(CBody::Consent(c));
+                return;
             }
         }
         if roll < 0.92 {
@@ -1001,7 +1109,8 @@ impl Bot {
                 })
             };
             Counters::add(&counters.interactions_sent, 1);
-            return self.send(ws, body).await;
+            self.send(body);
+            return;
         }
         Counters::add(&counters.emotes_sent, 1);
         self.interact.emoting = !self.interact.emoting;
@@ -1014,108 +1123,20 @@ impl Bot {
             timestamp_ms: unix_ms(),
             stop: !self.interact.emoting,
         };
-        self.send(ws, CBody::Emote(e)).await
-    }
-
-    async fn on_event(&mut self, ws: &mut Ws, ev: pb::Event) -> Result<(), tungstenite::Error> {
-        let Some(kind) = ev.kind else {
-            return Ok(());
-        };
-        let name = match &kind {
-            EventKind::Prop(_) => "prop",
-            EventKind::Consent(_) => "consent",
-            EventKind::Emote(_) => "emote",
-            EventKind::SceneTick(_) => "scene_tick",
-            EventKind::SceneSync(_) => "scene_sync",
-            EventKind::Rejected(_) => "rejected",
-            EventKind::SceneClient(_) => "scene_client",
-            EventKind::Roster(_) => "roster",
-            EventKind::Teleported(_) => "teleported",
-            EventKind::Block(_) => "block",
-        };
-        self.shared.stats.keyed.lock().events_by_kind.bump(name);
-        let own = self.own_entity;
-        match kind {
-            EventKind::Prop(p) => {
-                self.shared
-                    .props
-                    .observe(&self.spec.room, &p, &self.shared.stats);
-                if own.is_some_and(|o| o == p.holder_entity) {
-                    self.interact.held_prop = Some(p.prop_id);
-                } else if self.interact.held_prop == Some(p.prop_id) {
-                    self.interact.held_prop = None;
-                }
-            }
-            EventKind::Rejected(r) => {
-                let reason = if r.reason.is_empty() {
-                    "unspecified".into()
-                } else {
-                    r.reason
-                };
-                self.shared
-                    .stats
-                    .keyed
-                    .lock()
-                    .rejections_by_reason
-                    .bump(reason);
-            }
-            EventKind::Consent(c) if self.spec.mix.kind == BotKind::Interactor => {
-                let accept = self.rng.random_bool(0.8);
-                match consent_reaction(&c, own, accept) {
-                    Some(ConsentReaction::Answer(op)) => {
-                        Counters::add(&self.shared.stats.counters.consent_sent, 1);
-                        let a = ConsentAction {
-                            op: op as i32,
-                            consent_id: c.consent_id,
-                            ..ConsentAction::default()
-                        };
-                        self.send(ws, CBody::Consent(a)).await?;
-                    }
-                    Some(ConsentReaction::ReleaseLater) => self.interact.active.push(c.consent_id),
-                    None => {}
-                }
-            }
-            // A late joiner got the scene's state and the ticks since: it has run them.
-            EventKind::SceneSync(s) if self.spec.mix.kind == BotKind::Interactor => {
-                let c = pb::SceneControl {
-                    scene_id: s.scene_id,
-                    op: pb::SceneControlOp::CaughtUp as i32,
-                    ..Default::default()
-                };
-                self.send(ws, CBody::SceneControl(c)).await?;
-            }
-            // The room asks the scene's master for its game state (bots keep none: an empty
-            // state at the asked tick).
-            EventKind::SceneClient(e)
-                if self.spec.mix.kind == BotKind::Interactor
-                    && e.kind == pb::SceneClientEventKind::StateRequested as i32 =>
-            {
-                let c = pb::SceneControl {
-                    scene_id: e.scene_id,
-                    op: pb::SceneControlOp::State as i32,
-                    tick: e.tick,
-                    game_state: Default::default(),
-                };
-                self.send(ws, CBody::SceneControl(c)).await?;
-            }
-            _ => {}
-        }
-        Ok(())
+        self.send(CBody::Emote(e));
     }
 
     // === Helpers ===
 
-    async fn send(&mut self, ws: &mut Ws, body: CBody) -> Result<(), tungstenite::Error> {
-        self.seq = self.seq.wrapping_add(1);
-        let env = ClientEnvelope {
-            session_id: self.session_id,
-            sequence: self.seq,
-            sent_at_ms: unix_ms(),
-            body: Some(body),
-        };
-        let bytes = env.encode_to_vec();
-        self.samples.up_bytes += bytes.len() as u64;
-        ws.send(Message::Binary(bytes.into())).await
+    /// Queues a request (written out by the next flush).
+    fn send(&mut self, body: CBody) {
+        // Not negotiated: nothing to send it on (the session is being re-established).
+        let _ = self.conn.send(body);
+    }
+
+    /// Seconds on the connection's clock.
+    fn secs(&self, at: Instant) -> f64 {
+        at.saturating_duration_since(self.epoch).as_secs_f64()
     }
 
     /// Counts an envelope-level decode error (`kind` goes to `frame_errors`).
@@ -1176,9 +1197,9 @@ async fn stopped(rx: &mut watch::Receiver<bool>) {
     let _ = rx.wait_for(|stop| *stop).await;
 }
 
-fn refused(e: &pb::Error) -> ConnectError {
+fn refused(e: &ServerError) -> ConnectError {
     ConnectError::Refused {
-        code: error_name(e.code),
+        code: error_name(e.code as i32),
         retryable: e.retryable,
     }
 }
@@ -1261,8 +1282,12 @@ mod tests {
     fn names_and_close_policy() {
         assert_eq!(error_name(ErrorCode::RoomFull as i32), "room_full");
         assert_eq!(error_name(999), "unknown_999");
-        assert!(resumable_close(1001) && resumable_close(4008));
-        assert!(!resumable_close(1000) && !resumable_close(4004) && !resumable_close(4005));
+        // Close codes as plaza-client takes them: resume, retry later (room full), give up.
+        assert!(ConnectError::Closed(Some(1001)).retryable());
+        assert!(ConnectError::Closed(Some(4008)).retryable());
+        assert!(ConnectError::Closed(Some(4005)).retryable());
+        assert!(!ConnectError::Closed(Some(1000)).retryable());
+        assert!(!ConnectError::Closed(Some(4004)).retryable());
         assert!(ConnectError::Closed(None).retryable());
         assert!(!ConnectError::Closed(Some(4001)).retryable());
         assert_eq!(ConnectError::Closed(Some(4005)).label(), "closed_4005");

@@ -367,12 +367,15 @@ async fn refused_joins_count_as_failed_bots_with_their_close_code() {
     .await;
     let mut cfg = config(addr, 3);
     cfg.scenario = Scenario::builtin("mixed").unwrap();
+    let attempts = u64::from(cfg.connect_attempts);
     let report = plaza_load::run(cfg).await.unwrap();
     assert_eq!(report.bots_connected, 0);
     assert_eq!(report.bots_failed, 3);
-    // 4005 is not retryable: one attempt per bot.
-    assert_eq!(report.close_codes.0.get("4005"), Some(&3), "{report:#?}");
-    assert_eq!(report.connect_errors.0.get("closed_4005"), Some(&3));
+    // 4005 (room full) is "retry later" (plaza_client::CloseKind): every attempt, then the bot
+    // gives up.
+    let tries = 3 * attempts;
+    assert_eq!(report.close_codes.0.get("4005"), Some(&tries), "{report:#?}");
+    assert_eq!(report.connect_errors.0.get("closed_4005"), Some(&tries));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
