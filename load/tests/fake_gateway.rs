@@ -374,7 +374,11 @@ async fn refused_joins_count_as_failed_bots_with_their_close_code() {
     // 4005 (room full) is "retry later" (plaza_client::CloseKind): every attempt, then the bot
     // gives up.
     let tries = 3 * attempts;
-    assert_eq!(report.close_codes.0.get("4005"), Some(&tries), "{report:#?}");
+    assert_eq!(
+        report.close_codes.0.get("4005"),
+        Some(&tries),
+        "{report:#?}"
+    );
     assert_eq!(report.connect_errors.0.get("closed_4005"), Some(&tries));
 }
 
