@@ -7,7 +7,6 @@
 mod analysis;
 mod observer;
 mod plot;
-mod proxy;
 mod walker;
 
 use std::path::PathBuf;
@@ -17,6 +16,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context as _;
 use clap::Parser;
 use plaza_client::{Extrapolation, SmoothingConfig, Spline};
+use plaza_felt::proxy;
 use serde_json::json;
 
 /// Felt quality of remote avatars over an emulated link.

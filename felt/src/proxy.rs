@@ -7,6 +7,9 @@
 //! its release (and so everything behind it) waits one more RTO (`max(200 ms, rtt + 4 × jitter)`,
 //! Linux's floor and RFC 6298's formula with the jitter as the RTT variance). [`Proxy::cut`]
 //! drops every connection at once (a lost connection: no close frame).
+//!
+//! Shared: `plaza-felt` puts it in front of its observers, and the whole-system tests
+//! (`tests/tests/client_links.rs`, reliability row F10) in front of a gateway's clients.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -22,51 +25,48 @@ use tokio::time::Instant;
 
 /// The emulated link.
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct Link {
+pub struct Link {
     /// Round trip added, ms.
-    pub(crate) rtt_ms: f64,
+    pub rtt_ms: f64,
     /// Jitter (width of the uniform spread per direction), ms.
-    pub(crate) jitter_ms: f64,
+    pub jitter_ms: f64,
     /// Chunks stalled by one RTO, percent.
-    pub(crate) loss_pct: f64,
+    pub loss_pct: f64,
 }
 
 impl Link {
     /// The stall of one lost segment, ms.
-    pub(crate) fn rto_ms(&self) -> f64 {
+    pub fn rto_ms(&self) -> f64 {
         (self.rtt_ms + 4.0 * self.jitter_ms).max(200.0)
     }
 }
 
 /// Counters.
 #[derive(Debug, Default)]
-pub(crate) struct ProxyStats {
+pub struct ProxyStats {
     /// Chunks forwarded.
-    pub(crate) chunks: AtomicU64,
+    pub chunks: AtomicU64,
     /// Chunks stalled (lost once).
-    pub(crate) stalls: AtomicU64,
+    pub stalls: AtomicU64,
     /// Connections accepted.
-    pub(crate) connections: AtomicU64,
+    pub connections: AtomicU64,
     /// Cuts made.
-    pub(crate) cuts: AtomicU64,
+    pub cuts: AtomicU64,
 }
 
 /// A running proxy.
-pub(crate) struct Proxy {
+#[derive(Debug)]
+pub struct Proxy {
     /// Where clients connect.
-    pub(crate) addr: SocketAddr,
+    pub addr: SocketAddr,
     cut: watch::Sender<u64>,
     /// Counters.
-    pub(crate) stats: Arc<ProxyStats>,
+    pub stats: Arc<ProxyStats>,
 }
 
 impl Proxy {
     /// Listens on a free loopback port and forwards to `upstream` over `link`.
-    pub(crate) async fn start(
-        upstream: SocketAddr,
-        link: Link,
-        seed: u64,
-    ) -> std::io::Result<Self> {
+    pub async fn start(upstream: SocketAddr, link: Link, seed: u64) -> std::io::Result<Self> {
         let listener = TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?;
         let (cut, cut_rx) = watch::channel(0u64);
@@ -93,7 +93,7 @@ impl Proxy {
     }
 
     /// Drops every open connection (both directions, no close frame).
-    pub(crate) fn cut(&self) {
+    pub fn cut(&self) {
         self.stats.cuts.fetch_add(1, Ordering::Relaxed);
         self.cut.send_modify(|c| *c += 1);
     }
