@@ -38,6 +38,9 @@ pub enum Refusal {
     /// Authentication failed: a malformed token, or one of a kind this deployment does not
     /// accept (reason `auth`).
     Auth,
+    /// No credentials where this deployment needs them: no token, or a guest token while
+    /// guests are off (`auth.mode` without `guest`).
+    AuthRequired,
     /// The token (or wallet message) has expired.
     AuthExpired,
     /// The token is not valid yet (`nbf`, or a wallet message from the future).
@@ -96,7 +99,7 @@ pub enum Outcome {
 
 impl Refusal {
     /// Every refusal, for tests and docs.
-    pub const ALL: [Self; 32] = [
+    pub const ALL: [Self; 33] = [
         Self::UnsupportedVersion,
         Self::NotNegotiated,
         Self::AlreadyNegotiated,
@@ -107,6 +110,7 @@ impl Refusal {
         Self::IdleTimeout,
         Self::TooManySessions,
         Self::Auth,
+        Self::AuthRequired,
         Self::AuthExpired,
         Self::AuthNotYetValid,
         Self::AuthBadSignature,
@@ -201,6 +205,9 @@ impl Refusal {
                 false,
                 "auth: authentication failed",
             ),
+            Self::AuthRequired => {
+                auth("auth_required: sign in with a token (guests are not accepted)")
+            }
             Self::AuthExpired => auth("auth_expired: the token has expired"),
             Self::AuthNotYetValid => auth("auth_not_yet_valid: the token is not valid yet"),
             Self::AuthBadSignature => auth("auth_bad_signature: the signature does not verify"),
@@ -311,6 +318,7 @@ impl Refusal {
             Self::IdleTimeout => "idle_timeout",
             Self::TooManySessions => "too_many_sessions",
             Self::Auth => "auth",
+            Self::AuthRequired => "auth_required",
             Self::AuthExpired => "auth_expired",
             Self::AuthNotYetValid => "auth_not_yet_valid",
             Self::AuthBadSignature => "auth_bad_signature",

@@ -205,9 +205,13 @@ pub struct AuthModes {
 }
 
 impl AuthSection {
-    /// Parses `mode` (`guest`, `jwt`, `wallet`, joined with `+`).
+    /// Parses `mode` (`guest`, `jwt`, `wallet`, joined with `+`); the empty default enables
+    /// nothing here (see [`AuthSection::modes_for`] for the role's default).
     pub fn modes(&self) -> Result<AuthModes, String> {
         let mut m = AuthModes::default();
+        if self.mode.trim().is_empty() {
+            return Ok(m);
+        }
         for part in self.mode.split('+').map(str::trim) {
             match part {
                 "guest" => m.guest = true,
@@ -221,6 +225,19 @@ impl AuthSection {
             }
         }
         Ok(m)
+    }
+
+    /// The modes a process runs with: `mode` as set, or, when it is empty (the default), the
+    /// role's default: guests for the all-in-one `plaza up` (`all_in_one`), nothing for a
+    /// `plaza gateway` (every client is refused `auth_required` until `mode` is set).
+    pub fn modes_for(&self, all_in_one: bool) -> Result<AuthModes, String> {
+        if self.mode.trim().is_empty() {
+            return Ok(AuthModes {
+                guest: all_in_one,
+                ..AuthModes::default()
+            });
+        }
+        self.modes()
     }
 }
 
@@ -1151,6 +1168,32 @@ fn source_name(s: Source) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_empty_auth_mode_is_guests_for_plaza_up_only() {
+        let mut a = PlazaConfig::defaults().auth;
+        assert_eq!(a.mode, "");
+        let none = AuthModes::default();
+        assert_eq!(a.modes(), Ok(none));
+        assert_eq!(a.modes_for(false), Ok(none), "a cluster gateway");
+        assert_eq!(
+            a.modes_for(true),
+            Ok(AuthModes {
+                guest: true,
+                ..none
+            }),
+            "plaza up"
+        );
+        a.mode = "jwt+wallet".into();
+        let set = AuthModes {
+            jwt: true,
+            wallet: true,
+            ..none
+        };
+        assert_eq!((a.modes_for(true), a.modes_for(false)), (Ok(set), Ok(set)));
+        a.mode = "guest+root".into();
+        assert!(a.modes_for(true).is_err());
+    }
 
     #[test]
     fn defaults_parse_validate_and_cover_every_key() {

@@ -198,7 +198,7 @@ impl Plaza {
                 .as_ref()
                 .filter(|_| cfg.gateway.in_process_node)
                 .map(|n| Arc::new(InProcessNode(n.host().clone())) as Arc<dyn LocalNode>);
-            let auth = authenticator(cfg, directory).await?;
+            let auth = authenticator(cfg, directory, roles == Roles::All).await?;
             Some(
                 Gateway::start_with(
                     cfg.gateway_config()?,
@@ -364,15 +364,24 @@ fn boot_era() -> u64 {
 
 /// The authenticator `[auth]` configures: guests, JWTs (key set loaded now; a JWKS file that
 /// does not load stops start-up) and wallet signatures (replay-checked through `directory`),
-/// with the ban list.
+/// with the ban list. An empty `auth.mode` is the role's default: guests for the all-in-one
+/// process (`all_in_one`, `plaza up`), nothing for a gateway of a cluster.
 pub async fn authenticator(
     cfg: &PlazaConfig,
     directory: &SharedDirectory,
+    all_in_one: bool,
 ) -> anyhow::Result<Arc<dyn Authenticator>> {
     use plaza_gateway::auth::jwt::{JwksSource, JwtAuthenticator, JwtConfig};
     use plaza_gateway::auth::wallet::{WalletAuthenticator, WalletConfig};
     let a = &cfg.auth;
-    let modes = a.modes().map_err(|e| anyhow::anyhow!("auth.mode: {e}"))?;
+    let modes = a
+        .modes_for(all_in_one)
+        .map_err(|e| anyhow::anyhow!("auth.mode: {e}"))?;
+    if !(modes.guest || modes.jwt || modes.wallet) {
+        tracing::warn!(
+            "auth.mode enables no sign-in: every client is refused auth_required (set auth.mode = \"jwt\" and/or \"wallet\"; \"guest\" for development)"
+        );
+    }
     let leeway = Duration::from_secs(a.leeway_s);
     let non_empty = |s: &str| (!s.is_empty()).then(|| s.to_owned());
     let jwt = if modes.jwt {

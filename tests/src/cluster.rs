@@ -772,6 +772,9 @@ fn spawn_with(
             ("PLAZA__GATEWAY__MAX_SESSIONS_PER_IP", "100000"),
             ("PLAZA__GATEWAY__JOINS_PER_IP_PER_S", "100000"),
             ("PLAZA__GATEWAY__JOINS_PER_IP_BURST", "100000"),
+            // Bots are guests; a `plaza gateway` accepts none by default (`opts.env` may set
+            // another mode).
+            ("PLAZA__AUTH__MODE", "guest"),
         ] {
             cmd.env(key, value);
         }

@@ -32,6 +32,8 @@ pub fn test_config() -> PlazaConfig {
     cfg.gateway.joins_per_ip_burst = 100_000;
     cfg.gateway.joins_per_ip_per_s = 100_000;
     cfg.log.level = "warn".into();
+    // Test clients are guests, in every role (the default gives guests to `plaza up` only).
+    cfg.auth.mode = "guest".into();
     cfg
 }
 

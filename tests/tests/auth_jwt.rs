@@ -171,8 +171,8 @@ async fn jwt_and_wallet_sign_in_and_every_bad_token_is_a_typed_4003() {
             "auth_unknown_key",
         ),
         ("banned", k1.sign(&claims("mallory")), "auth_banned"),
-        ("guest", "guest:ann".into(), "auth"),
-        ("no token", String::new(), "auth"),
+        ("guest", "guest:ann".into(), "auth_required"),
+        ("no token", String::new(), "auth_required"),
         ("garbage", "not-a-token".into(), "auth"),
     ];
     for (what, token, reason) in cases {
@@ -205,6 +205,55 @@ async fn jwt_and_wallet_sign_in_and_every_bad_token_is_a_typed_4003() {
     alice.pump_for(Duration::from_millis(100)).await.unwrap();
     assert!(alice.decoder.get(bo.entity).is_some());
     plaza.shutdown().await;
+}
+
+/// Guests by default in `plaza up` only: with the shipped `auth.mode` (empty), the all-in-one
+/// process gives guests their identity while a cluster gateway refuses a client with no token
+/// (or a guest token) with the terminal `auth_required`, and starts anyway.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn guests_are_on_by_default_in_plaza_up_only() {
+    let mut cfg = PlazaConfig::defaults();
+    assert_eq!(
+        cfg.auth.mode, "",
+        "the shipped default is the role's default"
+    );
+    cfg.gateway.listen = "127.0.0.1:0".parse().unwrap();
+    cfg.admin.listen = "127.0.0.1:0".parse().unwrap();
+    cfg.node.listen = "127.0.0.1:0".parse().unwrap();
+    let up = start_plaza(&cfg).await;
+    let mut guest = sign_in(&ws_url(&up), "guest:ann", "").await.unwrap();
+    assert_eq!(guest.wallet, "guest-ann");
+    guest.join("guest-lobby").await.unwrap();
+    let fresh = sign_in(&ws_url(&up), "", "").await.unwrap();
+    assert!(fresh.wallet.starts_with("guest-"), "{}", fresh.wallet);
+    up.shutdown().await;
+
+    let dir: SharedDirectory = Arc::new(MemoryDirectory::new());
+    let node = Plaza::start_with_directory(&cfg, Roles::Node, dir.clone())
+        .await
+        .unwrap();
+    let gw = Plaza::start_with_directory(&cfg, Roles::Gateway, dir.clone())
+        .await
+        .unwrap();
+    let url = format!("ws://{}/v1/ws", gw.ws_addr().unwrap());
+    assert_refused("no token", sign_in(&url, "", "").await, "auth_required");
+    assert_refused(
+        "guest",
+        sign_in(&url, "guest:ann", "").await,
+        "auth_required",
+    );
+    // Set explicitly, a gateway takes guests too (a development cluster).
+    let mut dev = cfg.clone();
+    dev.auth.mode = "guest".into();
+    let gw_dev = Plaza::start_with_directory(&dev, Roles::Gateway, dir.clone())
+        .await
+        .unwrap();
+    let url_dev = format!("ws://{}/v1/ws", gw_dev.ws_addr().unwrap());
+    let mut g = sign_in(&url_dev, "guest:bo", "").await.unwrap();
+    g.join("guest-lobby").await.unwrap();
+    gw_dev.shutdown().await;
+    gw.shutdown().await;
+    node.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -56,6 +56,10 @@ pub enum AuthError {
     /// The token is malformed, of a kind this deployment does not accept, or lacks a claim.
     #[error("invalid token: {0}")]
     InvalidToken(String),
+    /// No credentials where they are needed: no token, or a guest token while guests are
+    /// off.
+    #[error("{0}")]
+    Required(&'static str),
     /// The token's `exp` (or the wallet message's time window) has passed.
     #[error("the token has expired")]
     Expired,
@@ -100,6 +104,7 @@ impl AuthError {
         use crate::refusal::Refusal as R;
         match self {
             Self::InvalidToken(_) => R::Auth,
+            Self::Required(_) => R::AuthRequired,
             Self::Expired => R::AuthExpired,
             Self::NotYetValid => R::AuthNotYetValid,
             Self::BadSignature => R::AuthBadSignature,
@@ -241,10 +246,10 @@ impl Authenticator for Combined {
         }
         let ident = if token.is_empty() || token.starts_with("guest:") {
             if !self.guest {
-                return Err(AuthError::invalid(if token.is_empty() {
-                    "a token is required (guests are not accepted)"
+                return Err(AuthError::Required(if token.is_empty() {
+                    "this gateway needs a token (guests are not accepted)"
                 } else {
-                    "guests are not accepted"
+                    "guests are not accepted here: sign in with a token"
                 }));
             }
             DevAuthenticator::guest(token)?
@@ -289,6 +294,7 @@ mod tests {
     fn every_error_has_its_own_terminal_4003_refusal() {
         let all = [
             AuthError::invalid("x"),
+            AuthError::Required("no token"),
             AuthError::Expired,
             AuthError::NotYetValid,
             AuthError::BadSignature,
@@ -395,10 +401,14 @@ mod tests {
             Err(AuthError::InvalidToken(_))
         ));
         c.guest = false;
-        assert!(matches!(
-            c.authenticate("", Purpose::Login).await,
-            Err(AuthError::InvalidToken(_))
-        ));
+        for no_credentials in ["", "guest:ann"] {
+            let e = c
+                .authenticate(no_credentials, Purpose::Login)
+                .await
+                .unwrap_err();
+            assert!(matches!(e, AuthError::Required(_)), "{e:?}");
+            assert!(e.client_message().starts_with("auth_required: "), "{e}");
+        }
         let long = "x".repeat(MAX_TOKEN_BYTES + 1);
         assert!(matches!(
             c.authenticate(&long, Purpose::Login).await,
