@@ -287,6 +287,9 @@ pub enum Event {
     Block(pb::BlockEvent),
     /// A request was refused.
     Rejected(pb::RequestRejected),
+    /// The answer to an `OperatorAction` this client sent (moderators; see
+    /// docs/PROTOCOL.md "Operator messages").
+    OperatorResult(pb::OperatorResult),
     /// A move was refused or adjusted: adopt the pose.
     Correction(pb::Correction),
     /// The room is moving between nodes; the session stays open.
@@ -706,6 +709,7 @@ impl Connection {
                 }),
                 _ => {}
             },
+            SBody::OperatorResult(r) => self.push_event(Event::OperatorResult(r)),
         }
         Ok(())
     }

@@ -399,6 +399,7 @@ impl Session {
                         AttachArgs {
                             session_id: ident.session_id,
                             wallet: ident.wallet.clone(),
+                            operator: ident.operator,
                             room,
                             cause,
                             entity,
@@ -423,6 +424,22 @@ impl Session {
                     self.send_status(&room, status);
                 }
                 Effect::Dropped(reason) => self.shared.metrics.dropped(reason),
+                Effect::AuditOperator {
+                    op,
+                    target,
+                    refused,
+                } => {
+                    tracing::warn!(
+                        target: "plaza::audit",
+                        session = self.core.session_id(),
+                        wallet = self.core.identity().map_or("", |i| i.wallet.as_str()),
+                        op = op.as_str_name(),
+                        target,
+                        outcome = "refused",
+                        reason = refused,
+                        "operator action"
+                    );
+                }
                 Effect::Resumed(took) => {
                     self.shared.metrics.resume("resumed");
                     self.shared
@@ -527,6 +544,7 @@ async fn identify(shared: &Shared, neg: pb::Negotiate) -> Result<Identity, (Refu
     if !neg.resume_token.is_empty() {
         match shared.resume.take_shared(&neg.resume_token).await {
             Some(entry) => {
+                let mut operator = false;
                 if neg.auth_token.is_empty() {
                     if !is_guest(&entry.wallet) {
                         shared.metrics.resume("identity_mismatch");
@@ -541,7 +559,9 @@ async fn identify(shared: &Shared, neg: pb::Negotiate) -> Result<Identity, (Refu
                         )
                         .await
                         .map_err(|e| match e {
-                            AuthError::InvalidToken(_) => refuse(AuthError::ResumeMismatch),
+                            AuthError::InvalidToken(_) | AuthError::Required(_) => {
+                                refuse(AuthError::ResumeMismatch)
+                            }
                             other => refuse(other),
                         })?;
                 } else {
@@ -554,10 +574,13 @@ async fn identify(shared: &Shared, neg: pb::Negotiate) -> Result<Identity, (Refu
                         shared.metrics.resume("identity_mismatch");
                         return Err(refuse(AuthError::ResumeMismatch));
                     }
+                    operator = who.operator;
                 }
                 return Ok(Identity {
                     session_id: entry.session_id,
                     wallet: entry.wallet,
+                    // The role comes from the credentials presented now (a guest has none).
+                    operator,
                     // A fresh token: the presented one is used up (the session's live entry,
                     // shared in the directory while it is in a room, is under the new one).
                     resume_token: shared.resume.new_token(),
@@ -575,6 +598,7 @@ async fn identify(shared: &Shared, neg: pb::Negotiate) -> Result<Identity, (Refu
     Ok(Identity {
         session_id: new_session_id(),
         wallet: ident.wallet,
+        operator: ident.operator,
         resume_token: shared.resume.new_token(),
         room: None,
     })
@@ -584,6 +608,7 @@ async fn identify(shared: &Shared, neg: pb::Negotiate) -> Result<Identity, (Refu
 struct AttachArgs {
     session_id: u64,
     wallet: String,
+    operator: bool,
     room: String,
     cause: AttachCause,
     entity: u32,
@@ -692,6 +717,7 @@ async fn try_attach(
         wallet: a.wallet.clone(),
         resume_entity: a.entity,
         resume,
+        operator: a.operator,
     };
     let span = tracing::info_span!("gateway.attach", room = a.room, node = %route.node_id, resume);
     let refused = |s: tonic::Status| match s.code() {
@@ -784,6 +810,7 @@ fn detach_reason(code: i32) -> DetachReason {
         node::DetachReason::RoomStopped => DetachReason::RoomStopped,
         node::DetachReason::Draining => DetachReason::Draining,
         node::DetachReason::Rejected => DetachReason::Rejected,
+        node::DetachReason::Kicked => DetachReason::Kicked,
         node::DetachReason::Unspecified | node::DetachReason::Internal => DetachReason::Other,
     }
 }

@@ -43,6 +43,9 @@ pub struct Identity {
     pub session_id: u64,
     /// The authenticated wallet.
     pub wallet: String,
+    /// Whether the identity has the operator role (a JWT's role claim): only then is an
+    /// `OperatorAction` forwarded to the room (which checks the attach's flag again).
+    pub operator: bool,
     /// The token the client may resume with.
     pub resume_token: String,
     /// The room (and entity) of a resumed session, re-attached at once.
@@ -131,6 +134,8 @@ pub enum DetachReason {
     Draining,
     /// The room refused the join.
     Rejected,
+    /// An operator kicked the member (an `OperatorAction` of another session).
+    Kicked,
     /// Anything else.
     Other,
 }
@@ -221,6 +226,16 @@ pub enum Effect {
     },
     /// Count a dropped client message.
     Dropped(&'static str),
+    /// Write an operator action this gateway refused to the audit log (`plaza::audit`); the
+    /// ones it forwards are audited by the room that carries them out.
+    AuditOperator {
+        /// The action.
+        op: pb::OperatorOp,
+        /// Its target wallet (empty for a room close).
+        target: String,
+        /// Why it was refused (the `OperatorResult.reason`).
+        refused: &'static str,
+    },
     /// A re-attach completed after this long.
     Resumed(Duration),
     /// A re-attach failed for good.
@@ -326,6 +341,16 @@ impl SessionCore {
     /// The session's identity, once negotiated.
     pub fn identity(&self) -> Option<&Identity> {
         self.identity.as_ref()
+    }
+
+    /// Whether the session's identity has the operator role.
+    pub fn is_operator(&self) -> bool {
+        self.identity.as_ref().is_some_and(|i| i.operator)
+    }
+
+    /// Whether the session is in (or joining, or moving with) a room.
+    fn in_room(&self) -> bool {
+        !matches!(self.link, Link::None | Link::Leaving)
     }
 
     /// The session id (0 before negotiation).
@@ -603,6 +628,7 @@ impl SessionCore {
                 let refusal = match reason {
                     DetachReason::RoomFull => Refusal::RoomFull,
                     DetachReason::Rejected => Refusal::Rejected,
+                    DetachReason::Kicked => Refusal::Kicked,
                     _ => Refusal::RoomUnavailable,
                 };
                 self.refuse(refusal, Some(&message), 0, &mut out);
@@ -732,6 +758,30 @@ impl SessionCore {
                     });
                 }
             }
+            client_envelope::Body::Operator(action) if !self.is_operator() || !self.in_room() => {
+                // Refused here, never forwarded: only an operator identity's session in a room
+                // reaches the room with one (and the room checks the attach's flag again).
+                let refused = if self.is_operator() {
+                    "not_joined"
+                } else {
+                    "not_operator"
+                };
+                let op = pb::OperatorOp::try_from(action.op).unwrap_or_default();
+                out.push(Effect::AuditOperator {
+                    op,
+                    target: action.target_wallet.clone(),
+                    refused,
+                });
+                out.push(Effect::Send(server_envelope::Body::OperatorResult(
+                    pb::OperatorResult {
+                        in_reply_to: seq,
+                        op: op as i32,
+                        target_wallet: action.target_wallet,
+                        ok: false,
+                        reason: refused.to_owned(),
+                    },
+                )));
+            }
             client_envelope::Body::Leave(leave) => match &self.link {
                 Link::Attached { stalled, .. } => {
                     if stalled.is_some() {
@@ -803,6 +853,7 @@ impl SessionCore {
         match reason {
             DetachReason::RoomFull => self.refuse(Refusal::RoomFull, Some(message), 0, out),
             DetachReason::Rejected => self.refuse(Refusal::Rejected, Some(message), 0, out),
+            DetachReason::Kicked => self.refuse(Refusal::Kicked, Some(message), 0, out),
             _ => self.refuse(Refusal::RoomUnavailable, Some(message), 0, out),
         }
     }

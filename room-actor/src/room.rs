@@ -101,6 +101,9 @@ pub enum RoomMsg {
         /// Identifies this attachment: a later `Detach` of an older stream of the same session
         /// must not detach this one.
         link_id: u64,
+        /// The gateway authenticated the session as an operator: its `OperatorAction`s are
+        /// carried out (anyone else's are refused `not_operator`).
+        operator: bool,
     },
     /// An envelope from an attached session.
     Input {
@@ -188,11 +191,13 @@ struct Link {
     timestamps: plaza_proto::compressed::TimestampDecoder,
     /// The attachment (stream) this link belongs to.
     link_id: u64,
+    /// The session's identity has the operator role (the attach's flag, set by the gateway).
+    operator: bool,
 }
 
 impl Link {
     /// A fresh attachment: not joined yet, sequences and timestamps from the start.
-    fn new(wallet: String, tx: mpsc::Sender<NodeOutbound>, link_id: u64) -> Self {
+    fn new(wallet: String, tx: mpsc::Sender<NodeOutbound>, link_id: u64, operator: bool) -> Self {
         Self {
             wallet,
             tx,
@@ -200,6 +205,7 @@ impl Link {
             entity: None,
             timestamps: Default::default(),
             link_id,
+            operator,
         }
     }
 }
@@ -436,6 +442,7 @@ impl Actor for RoomActor {
                 tx,
                 entity,
                 link_id,
+                operator,
             } => {
                 if let Some(link) = state.links.get_mut(&session) {
                     // The same session attaches again while it is still a member (its gateway
@@ -445,7 +452,7 @@ impl Actor for RoomActor {
                     // stream's later Detach carries the old link id and is ignored.
                     *link = Link {
                         entity: link.entity,
-                        ..Link::new(wallet, tx, link_id)
+                        ..Link::new(wallet, tx, link_id, operator)
                     };
                     state.welcome_back(session);
                     return Ok(());
@@ -456,13 +463,15 @@ impl Actor for RoomActor {
                     {
                         // A handed-off member is back: its avatar, held props and consents are
                         // where the previous activation left them.
-                        state.relink(session, wallet, tx, link_id);
+                        state.relink(session, wallet, tx, link_id, operator);
                         return Ok(());
                     }
                     tracing::warn!(room = %state.room_id, session, "a handed-off session came back under another wallet; it joins afresh");
                     state.room.leave(session);
                 }
-                state.links.insert(session, Link::new(wallet, tx, link_id));
+                state
+                    .links
+                    .insert(session, Link::new(wallet, tx, link_id, operator));
                 state.metrics.sessions.inc();
                 let wallet = state
                     .links
@@ -473,7 +482,7 @@ impl Actor for RoomActor {
             }
             RoomMsg::Input { session, envelope } => {
                 let span = state.span.clone();
-                span.in_scope(|| state.on_envelope(session, envelope));
+                span.in_scope(|| state.on_envelope(session, envelope, &myself));
             }
             RoomMsg::KeyframeNeeded { session } => state.room.request_keyframe(session),
             RoomMsg::Detach { session, link_id } => {
@@ -532,7 +541,12 @@ impl Actor for RoomActor {
 
 impl RoomState {
     /// Turns a client envelope into room input.
-    fn on_envelope(&mut self, session: SessionId, env: pb::ClientEnvelope) {
+    fn on_envelope(
+        &mut self,
+        session: SessionId,
+        env: pb::ClientEnvelope,
+        myself: &ActorRef<RoomMsg>,
+    ) {
         let seq = env.sequence;
         let Some(body) = env.body else { return };
         let Some(link) = self.links.get_mut(&session) else {
@@ -553,6 +567,9 @@ impl RoomState {
                     }),
                     Kind::Control,
                 );
+            }
+            crate::wire::Decoded::Operator { op, target_wallet } => {
+                self.on_operator(session, seq, op, target_wallet, myself);
             }
             crate::wire::Decoded::Ignore => {}
         }
@@ -651,8 +668,10 @@ impl RoomState {
         wallet: String,
         tx: mpsc::Sender<NodeOutbound>,
         link_id: u64,
+        operator: bool,
     ) {
-        self.links.insert(session, Link::new(wallet, tx, link_id));
+        self.links
+            .insert(session, Link::new(wallet, tx, link_id, operator));
         self.metrics.sessions.inc();
         self.empty_since = None;
         self.welcome_back(session);

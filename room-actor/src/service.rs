@@ -170,6 +170,7 @@ impl RoomHostService {
                 0
             },
             link_id,
+            operator: attach.operator,
         })
         .map_err(|_| Status::unavailable("room stopped; retry"))?;
         tracing::info!(room = %attach.room_id, session, resume = attach.resume, "session attached");

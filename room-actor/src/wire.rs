@@ -25,6 +25,14 @@ pub(crate) enum Decoded {
     Leave,
     /// Refused before reaching the core: `(what, why)`.
     Invalid(&'static str, &'static str),
+    /// A moderator's action (`plaza.v1.OperatorAction`): carried out by the actor for an
+    /// operator's link only ([`crate::room::admin`]), never by the core.
+    Operator {
+        /// The action (`UNSPECIFIED` for an unknown value: refused `unknown_op`).
+        op: pb::OperatorOp,
+        /// The member acted on.
+        target_wallet: String,
+    },
     /// Nothing for the room (handled by the gateway or empty).
     Ignore,
 }
@@ -132,6 +140,10 @@ pub(crate) fn decode(
             })
         }
         B::Negotiate(_) | B::Join(_) | B::Ping(_) => Decoded::Ignore,
+        B::Operator(o) => Decoded::Operator {
+            op: pb::OperatorOp::try_from(o.op).unwrap_or_default(),
+            target_wallet: o.target_wallet,
+        },
         // Issue 12: the room core does not take these yet; refused with a typed reason until it
         // does.
         B::Teleport(t) => Decoded::Input(Input::Teleport {

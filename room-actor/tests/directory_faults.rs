@@ -26,6 +26,7 @@ async fn attach(room: &ActorRef<RoomMsg>, session: u64) -> mpsc::Receiver<NodeOu
         tx,
         entity: 0,
         link_id: 1,
+        operator: false,
     })
     .unwrap();
     loop {

@@ -62,6 +62,7 @@ impl Sess {
             tx,
             entity,
             link_id,
+            operator: false,
         })
         .unwrap();
         let entity = loop {

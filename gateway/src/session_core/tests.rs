@@ -103,6 +103,7 @@ fn ident(room: Option<(String, u32)>) -> Identity {
     Identity {
         session_id: SID,
         wallet: "0xabc".into(),
+        operator: false,
         resume_token: "tok".into(),
         room,
     }
@@ -655,4 +656,60 @@ fn expressions_are_limited_on_their_own_bucket() {
     }
     assert!(all.contains(&Effect::Dropped("rate_limited")));
     assert_eq!(closes(&all), [CloseCode::RateLimited]);
+}
+
+fn operator_action(op: pb::OperatorOp, target: &str) -> client_envelope::Body {
+    client_envelope::Body::Operator(pb::OperatorAction {
+        op: op as i32,
+        target_wallet: target.into(),
+    })
+}
+
+#[test]
+fn operator_actions_reach_the_room_only_from_an_operator_in_a_room() {
+    let refused = |seq: u32, reason: &'static str| {
+        vec![
+            Effect::AuditOperator {
+                op: pb::OperatorOp::Kick,
+                target: "0xb".into(),
+                refused: reason,
+            },
+            Effect::Send(server_envelope::Body::OperatorResult(pb::OperatorResult {
+                in_reply_to: seq,
+                op: pb::OperatorOp::Kick as i32,
+                target_wallet: "0xb".into(),
+                ok: false,
+                reason: reason.into(),
+            })),
+        ]
+    };
+    // A member without the role: refused and audited, never forwarded; the session goes on.
+    let mut t = T::attached();
+    let fx = t.client(operator_action(pb::OperatorOp::Kick, "0xb"));
+    assert_eq!(fx, refused(t.seq, "not_operator"));
+    assert!(matches!(&t.client(movement(1.0))[..], [Effect::Forward(_)]));
+    // An operator: forwarded to the room (which checks the attach's flag again).
+    let mut t = T::attached();
+    t.core.identity.as_mut().unwrap().operator = true;
+    assert!(t.core.is_operator());
+    let fx = t.client(operator_action(pb::OperatorOp::Kick, "0xb"));
+    assert!(
+        matches!(&fx[..], [Effect::Forward(e)] if matches!(e.body, Some(client_envelope::Body::Operator(_)))),
+        "{fx:?}"
+    );
+    // An operator in no room: refused here.
+    let mut t = T::open();
+    t.core.identity.as_mut().unwrap().operator = true;
+    let fx = t.client(operator_action(pb::OperatorOp::Kick, "0xb"));
+    assert_eq!(fx, refused(t.seq, "not_joined"));
+}
+
+#[test]
+fn a_kick_detach_closes_with_4010_and_no_resume() {
+    let mut t = T::attached();
+    let fx = t.node(NodeEvent::Detach {
+        reason: DetachReason::Kicked,
+        message: "kicked by an operator".into(),
+    });
+    assert!(fx.contains(&Effect::Close(CloseCode::Kicked)), "{fx:?}");
 }

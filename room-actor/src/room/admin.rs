@@ -2,11 +2,17 @@
 //! [`crate::admin`] through the supervisor): the room view, mute, close and teleport. The
 //! decisions (who is a member, where a teleport leads, what a mute drops) are the room core's
 //! ([`plaza_room_core::admin`]); this module executes them on the actor's state.
+//!
+//! It also carries out the client protocol's moderator messages (`plaza.v1.OperatorAction`:
+//! kick, mute, unmute, close room) of a session whose attach says its identity has the operator
+//! role, refuses them (`not_operator`) for anyone else, and writes every one, done or refused,
+//! to the `plaza::audit` log target ([`RoomState::on_operator`]).
 
 use std::collections::BTreeMap;
 
 use plaza_directory::Epoch;
 use plaza_node_proto::{self as node, NodeOutbound, node_outbound};
+use plaza_proto::pb::{self, server_envelope};
 use plaza_room_core::admin::{
     AdminRefusal, Identity, Moderation, RateWindow, RoomView, TeleportTarget, TickWindow,
     member_session, resolve_teleport, room_view,
@@ -18,6 +24,9 @@ use super::{RoomMsg, RoomState};
 
 /// The message every member of a closed room reads (with `REJECTED`).
 pub const CLOSED_MESSAGE: &str = "room closed by an operator";
+
+/// The message a kicked member's session is detached with (`KICKED`).
+pub const KICKED_MESSAGE: &str = "kicked by an operator";
 
 /// An operator call on one room.
 #[derive(Debug)]
@@ -122,6 +131,107 @@ impl RoomState {
                 let _ = reply.send(res);
             }
         }
+    }
+
+    /// A moderator's `OperatorAction` from `session` (client sequence `seq`): carried out only
+    /// when the session's attach carries the operator role, answered with an `OperatorResult`
+    /// and audited either way. A kick detaches the target (`KICKED`: its gateway closes it with
+    /// 4010 and keeps no resume entry) and removes it from the room at once; a close answers
+    /// first, then closes the room as the admin API does.
+    pub(super) fn on_operator(
+        &mut self,
+        session: SessionId,
+        seq: u32,
+        op: pb::OperatorOp,
+        target: String,
+        myself: &ActorRef<RoomMsg>,
+    ) {
+        use pb::OperatorOp as Op;
+        let Some(link) = self.links.get(&session) else {
+            return;
+        };
+        let (by, operator) = (link.wallet.clone(), link.operator);
+        let outcome: Result<(), &'static str> = if !operator {
+            Err("not_operator")
+        } else {
+            match op {
+                Op::Kick => self
+                    .member(&target)
+                    .map(|victim| self.kick(victim))
+                    .map_err(|_| "not_member"),
+                Op::Mute | Op::Unmute => {
+                    self.member(&target)
+                        .map_err(|_| "not_member")
+                        .and_then(|_| {
+                            if self.admin.moderation.set_muted(&target, op == Op::Mute) {
+                                Ok(())
+                            } else {
+                                Err("not_member")
+                            }
+                        })
+                }
+                Op::CloseRoom => Ok(()),
+                Op::Unspecified => Err("unknown_op"),
+            }
+        };
+        match outcome {
+            Ok(()) => tracing::info!(
+                target: "plaza::audit",
+                room = %self.room_id,
+                session,
+                wallet = by,
+                op = op.as_str_name(),
+                target,
+                outcome = "done",
+                "operator action"
+            ),
+            Err(reason) => tracing::warn!(
+                target: "plaza::audit",
+                room = %self.room_id,
+                session,
+                wallet = by,
+                op = op.as_str_name(),
+                target,
+                outcome = "refused",
+                reason,
+                "operator action"
+            ),
+        }
+        self.send_envelope(
+            session,
+            server_envelope::Body::OperatorResult(pb::OperatorResult {
+                in_reply_to: seq,
+                op: op as i32,
+                target_wallet: target,
+                ok: outcome.is_ok(),
+                reason: outcome.err().unwrap_or_default().to_owned(),
+            }),
+            super::Kind::Control,
+        );
+        if op == Op::CloseRoom && outcome.is_ok() {
+            self.close();
+            myself.stop(Some("closed by an operator".into()));
+        }
+    }
+
+    /// Detaches the member `victim` (`KICKED`) and removes it from the room and presence now,
+    /// without waiting for its stream's end.
+    fn kick(&mut self, victim: SessionId) {
+        let Some(link) = self.links.remove(&victim) else {
+            return;
+        };
+        let detach = NodeOutbound {
+            body: Some(node_outbound::Body::Detach(node::Detach {
+                reason: node::DetachReason::Kicked as i32,
+                message: KICKED_MESSAGE.into(),
+            })),
+            droppable: false,
+            keyframe: false,
+        };
+        let _ = link.tx.try_send(detach);
+        self.metrics.sessions.dec();
+        self.room.leave(victim);
+        super::release_presence(&self.presence, &link);
     }
 
     /// The session of the attached member `wallet`.
