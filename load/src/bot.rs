@@ -771,7 +771,9 @@ impl Bot {
             | Event::Own(_)
             | Event::RoomMoving { .. }
             | Event::RoomBack { .. }
-            | Event::Closed { .. } => {}
+            | Event::Closed { .. }
+            // Bots send no operator actions.
+            | Event::OperatorResult(_) => {}
         }
     }
 
