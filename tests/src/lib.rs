@@ -1,5 +1,7 @@
 //! Harness for Plaza's whole-system tests: start Plaza in-process on ephemeral ports, and a
-//! WebSocket test client that speaks the real protocol and decodes every frame.
+//! WebSocket test client ([`Client`]) that is a thin shell over `plaza_client::Connection` (the
+//! repo's one client implementation, also under `plaza-load`'s bots): it speaks the real
+//! protocol and decodes every frame.
 //!
 //! Waits are bounded polls on conditions, never fixed sleeps.
 
@@ -10,9 +12,10 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use futures_util::{SinkExt as _, StreamExt as _};
+use plaza_client::{Connection, ConnectionConfig, Event, State};
 use plaza_ops::config::PlazaConfig;
 use plaza_ops::{Plaza, Roles};
-use plaza_proto::frame::{DecodedFrame, FrameDecoder, FrameError};
+use plaza_proto::frame::FrameDecoder;
 use plaza_proto::pb::{self, client_envelope, server_envelope};
 use prost::Message as _;
 use tokio::net::TcpStream;
@@ -73,10 +76,29 @@ pub struct Closed {
     pub errors: Vec<pb::Error>,
 }
 
-/// A test client: real WebSocket, real protocol, a frame decoder.
+/// A frame the connection applied (what tests check about the chain).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FrameInfo {
+    /// This frame's sequence number.
+    pub seq: u32,
+    /// The sequence number of the frame it applied onto.
+    pub base_seq: u32,
+    /// The room tick it describes.
+    pub tick: u32,
+    /// Whether it was a keyframe.
+    pub keyframe: bool,
+}
+
+/// A test client: a real WebSocket and a [`plaza_client::Connection`] (the one client
+/// implementation of the repo: sequences, negotiate, join, frames, resync), plus the raw server
+/// bodies the tests look at.
+///
+/// The public fields are kept in step with the connection after every envelope; writing them
+/// changes nothing on the wire.
 pub struct Client {
     ws: Ws,
-    seq: u32,
+    conn: Connection,
+    epoch: std::time::Instant,
     /// Session id from Negotiated.
     pub session_id: u64,
     /// Wallet from Negotiated.
@@ -87,17 +109,15 @@ pub struct Client {
     pub entity: u32,
     /// Spawn position from Joined.
     pub spawn: [f32; 3],
-    /// The decoder holding this client's view of the room.
-    pub decoder: FrameDecoder,
     /// Frames applied.
-    pub frames: Vec<DecodedFrame>,
+    pub frames: Vec<FrameInfo>,
     /// Errors received.
     pub errors: Vec<pb::Error>,
     /// Corrections received.
     pub corrections: Vec<pb::Correction>,
     /// Frame decode failures (chain break, check mismatch, malformed).
     pub frame_errors: u32,
-    /// Resync requests sent after a frame failure.
+    /// Resync requests the connection sent after frame failures.
     pub resyncs: u32,
     /// Every event received, in order.
     pub events: Vec<pb::Event>,
@@ -110,6 +130,8 @@ pub struct Client {
     pub joined: Option<pb::Joined>,
     /// Bytes of the delta frames (not keyframes) applied.
     pub delta_frame_bytes: u64,
+    /// Bytes of the delta frame in the envelope being handled (counted once applied).
+    pending_delta: u64,
 }
 
 impl Client {
@@ -128,13 +150,18 @@ impl Client {
     pub fn from_stream(ws: Ws) -> Self {
         Self {
             ws,
-            seq: 0,
+            conn: Connection::new(ConnectionConfig {
+                client_name: "plaza-tests".into(),
+                // Tests send their own pings.
+                ping_interval_s: 0.0,
+                ..ConnectionConfig::default()
+            }),
+            epoch: std::time::Instant::now(),
             session_id: 0,
             wallet: String::new(),
             resume_token: String::new(),
             entity: 0,
             spawn: [0.0; 3],
-            decoder: FrameDecoder::new(),
             frames: Vec::new(),
             errors: Vec::new(),
             corrections: Vec::new(),
@@ -145,6 +172,7 @@ impl Client {
             room_statuses: Vec::new(),
             joined: None,
             delta_frame_bytes: 0,
+            pending_delta: 0,
         }
     }
 
@@ -154,6 +182,21 @@ impl Client {
         c.negotiate(vec![pb::ProtocolVersion { major: 1, minor: 0 }], "")
             .await?;
         Ok(c)
+    }
+
+    /// The connection (state, stats, roster).
+    pub fn connection(&self) -> &Connection {
+        &self.conn
+    }
+
+    /// The decoder holding this client's view of the room.
+    pub fn decoder(&self) -> &FrameDecoder {
+        self.conn.decoder()
+    }
+
+    /// The decoder, mutable (a test that corrupts the view on purpose).
+    pub fn decoder_mut(&mut self) -> &mut FrameDecoder {
+        self.conn.decoder_mut()
     }
 
     /// Sends a negotiate and waits for Negotiated.
@@ -170,12 +213,7 @@ impl Client {
         .await?;
         loop {
             match self.recv().await? {
-                Some(server_envelope::Body::Negotiated(n)) => {
-                    self.session_id = n.session_id;
-                    self.wallet = n.wallet;
-                    self.resume_token = n.resume_token;
-                    return Ok(());
-                }
+                Some(server_envelope::Body::Negotiated(_)) => return Ok(()),
                 Some(_) => {}
                 None => anyhow::bail!("closed during negotiate: {:?}", self.errors),
             }
@@ -195,13 +233,7 @@ impl Client {
     pub async fn wait_joined(&mut self) -> anyhow::Result<u32> {
         loop {
             match self.recv().await? {
-                Some(server_envelope::Body::Joined(j)) => {
-                    self.entity = j.entity_id;
-                    if let Some(p) = j.position {
-                        self.spawn = [p.x, p.y, p.z];
-                    }
-                    return Ok(j.entity_id);
-                }
+                Some(server_envelope::Body::Joined(j)) => return Ok(j.entity_id),
                 Some(_) => {}
                 None => anyhow::bail!("closed during join: {:?}", self.errors),
             }
@@ -224,16 +256,51 @@ impl Client {
         .await
     }
 
-    /// Sends one envelope with the next sequence number.
+    /// Sends one request through the connection (the next sequence number, the session id).
+    ///
+    /// A `Negotiate` opens the connection's session: its versions, auth token, name and resume
+    /// token become the connection's, and the connection sends it. A `Join` or `Leave` goes
+    /// through [`Connection::join`] / [`Connection::leave`] when the state allows it. Anything
+    /// else before `Negotiated` is refused with an error: a test that means to send it uses
+    /// [`Client::send_unchecked`].
     pub async fn send(&mut self, body: client_envelope::Body) -> anyhow::Result<()> {
-        self.seq += 1;
-        let env = pb::ClientEnvelope {
-            session_id: self.session_id,
-            sequence: self.seq,
-            sent_at_ms: 0,
-            body: Some(body),
-        };
-        self.send_raw(env.encode_to_vec()).await
+        match body {
+            client_envelope::Body::Negotiate(n) => {
+                let cfg = self.conn.config_mut();
+                cfg.versions = n.versions;
+                cfg.auth_token = n.auth_token;
+                if !n.client_name.is_empty() {
+                    cfg.client_name = n.client_name;
+                }
+                self.conn.set_resume_token(n.resume_token);
+                let now = self.now();
+                self.conn.connected(now);
+            }
+            client_envelope::Body::Join(j) if self.conn.state() == State::Ready => {
+                self.conn.join(&j.room_id);
+            }
+            client_envelope::Body::Leave(_)
+                if matches!(self.conn.state(), State::Joined | State::Moving) =>
+            {
+                self.conn.leave();
+            }
+            body => {
+                if self.conn.send(body).is_none() {
+                    anyhow::bail!(
+                        "not negotiated ({:?}): use send_unchecked to send it anyway",
+                        self.conn.state()
+                    );
+                }
+            }
+        }
+        self.flush().await
+    }
+
+    /// Sends one envelope whatever the connection's state (a second `Negotiate`, a request
+    /// before `Negotiated`): for tests that send what a well-behaved client never would.
+    pub async fn send_unchecked(&mut self, body: client_envelope::Body) -> anyhow::Result<()> {
+        self.conn.send_unchecked(body);
+        self.flush().await
     }
 
     /// Sends raw bytes as one binary frame.
@@ -242,7 +309,19 @@ impl Client {
         Ok(())
     }
 
-    /// Receives one server envelope body (frames are applied to the decoder on the way), or
+    /// Writes what the connection queued.
+    async fn flush(&mut self) -> anyhow::Result<()> {
+        while let Some(bytes) = self.conn.poll_transmit() {
+            self.ws.send(Message::Binary(bytes.into())).await?;
+        }
+        Ok(())
+    }
+
+    fn now(&self) -> f64 {
+        self.epoch.elapsed().as_secs_f64()
+    }
+
+    /// Receives one server envelope body (frames are applied by the connection on the way), or
     /// `None` when the connection closed.
     pub async fn recv(&mut self) -> anyhow::Result<Option<server_envelope::Body>> {
         match self.recv_or_close().await? {
@@ -258,79 +337,105 @@ impl Client {
                 .await
                 .map_err(|_| anyhow::anyhow!("no message for 10 s"))?;
             let msg = match msg {
-                None => {
-                    return Ok(Err(Closed {
-                        code: None,
-                        errors: self.errors.clone(),
-                    }));
-                }
-                Some(Err(_)) => {
-                    return Ok(Err(Closed {
-                        code: None,
-                        errors: self.errors.clone(),
-                    }));
-                }
+                None | Some(Err(_)) => return Ok(Err(self.closed(None))),
                 Some(Ok(m)) => m,
             };
             match msg {
                 Message::Binary(b) => {
                     let env = pb::ServerEnvelope::decode(b)?;
-                    let Some(body) = env.body else { continue };
-                    match &body {
-                        server_envelope::Body::SnapshotFrame(f) => {
-                            match self.decoder.apply(&f.frame) {
-                                Ok(d) => {
-                                    if !d.keyframe {
-                                        self.delta_frame_bytes += f.frame.len() as u64;
-                                    }
-                                    self.frames.push(d);
-                                }
-                                Err(e) => {
-                                    // A client that finds a break or a mismatch asks for a keyframe.
-                                    self.frame_errors += 1;
-                                    let reason = match e {
-                                        FrameError::CheckMismatch { .. } => {
-                                            pb::ResyncReason::CheckMismatch
-                                        }
-                                        FrameError::ChainBreak { .. } => {
-                                            pb::ResyncReason::ChainBreak
-                                        }
-                                        _ => pb::ResyncReason::DecodeError,
-                                    };
-                                    self.resyncs += 1;
-                                    let last = self.decoder.last_seq().unwrap_or(0);
-                                    self.send(client_envelope::Body::Resync(pb::Resync {
-                                        last_frame_seq: last,
-                                        reason: reason as i32,
-                                    }))
-                                    .await?;
-                                }
-                            }
-                        }
-                        server_envelope::Body::Error(e) => self.errors.push(e.clone()),
-                        server_envelope::Body::Event(e) => self.events.push(e.clone()),
-                        server_envelope::Body::Correction(c) => self.corrections.push(*c),
-                        server_envelope::Body::Joined(j) => {
-                            self.joins += 1;
-                            self.entity = j.entity_id;
-                            self.joined = Some(j.clone());
-                        }
-                        server_envelope::Body::RoomStatus(st) => {
-                            self.room_statuses.push(st.clone());
-                        }
-                        _ => {}
+                    let Some(body) = env.body.clone() else {
+                        continue;
+                    };
+                    self.take(&body);
+                    if self.conn.state() != State::Disconnected {
+                        let now = self.now();
+                        self.conn.handle_envelope(env, now)?;
+                        self.conn.handle_timeout(now);
+                        self.drain();
+                        // Resyncs the connection decided on.
+                        self.flush().await?;
                     }
                     return Ok(Ok(body));
                 }
                 Message::Close(f) => {
                     let code = f.map(|f| u16::from(f.code));
-                    return Ok(Err(Closed {
-                        code,
-                        errors: self.errors.clone(),
-                    }));
+                    return Ok(Err(self.closed(code)));
                 }
                 _ => {}
             }
+        }
+    }
+
+    /// Keeps the raw bodies tests look at.
+    fn take(&mut self, body: &server_envelope::Body) {
+        match body {
+            server_envelope::Body::Error(e) => self.errors.push(e.clone()),
+            server_envelope::Body::Event(e) => self.events.push(e.clone()),
+            server_envelope::Body::Correction(c) => self.corrections.push(*c),
+            server_envelope::Body::Joined(j) => {
+                self.joins += 1;
+                self.entity = j.entity_id;
+                if let Some(p) = j.position {
+                    self.spawn = [p.x, p.y, p.z];
+                }
+                self.joined = Some(j.clone());
+            }
+            server_envelope::Body::RoomStatus(st) => self.room_statuses.push(st.clone()),
+            server_envelope::Body::SnapshotFrame(f) => {
+                let keyframe = f
+                    .frame
+                    .first()
+                    .is_some_and(|b| b & plaza_proto::frame::FLAG_KEYFRAME != 0);
+                if !keyframe {
+                    // Counted as applied below if the connection applies it.
+                    self.pending_delta = f.frame.len() as u64;
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Folds the connection's events into the fields.
+    fn drain(&mut self) {
+        let pending = std::mem::take(&mut self.pending_delta);
+        while let Some(ev) = self.conn.poll_event() {
+            match ev {
+                Event::Frame {
+                    seq,
+                    base_seq,
+                    tick,
+                    keyframe,
+                } => {
+                    if !keyframe {
+                        self.delta_frame_bytes += pending;
+                    }
+                    self.frames.push(FrameInfo {
+                        seq,
+                        base_seq,
+                        tick,
+                        keyframe,
+                    });
+                }
+                Event::FrameFailed(_) => self.frame_errors += 1,
+                Event::Negotiated {
+                    session_id, wallet, ..
+                } => {
+                    self.session_id = session_id;
+                    self.wallet = wallet;
+                }
+                _ => {}
+            }
+        }
+        self.resume_token = self.conn.resume_token().to_owned();
+        self.resyncs = u32::try_from(self.conn.stats().resyncs).unwrap_or(u32::MAX);
+    }
+
+    fn closed(&mut self, code: Option<u16>) -> Closed {
+        self.conn.handle_close(code);
+        while self.conn.poll_event().is_some() {}
+        Closed {
+            code,
+            errors: self.errors.clone(),
         }
     }
 

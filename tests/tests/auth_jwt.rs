@@ -203,7 +203,7 @@ async fn jwt_and_wallet_sign_in_and_every_bad_token_is_a_typed_4003() {
 
     // The members are still in their room.
     alice.pump_for(Duration::from_millis(100)).await.unwrap();
-    assert!(alice.decoder.get(bo.entity).is_some());
+    assert!(alice.decoder().get(bo.entity).is_some());
     plaza.shutdown().await;
 }
 

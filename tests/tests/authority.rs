@@ -85,12 +85,12 @@ async fn consent_is_explicit_audited_in_order_and_survives_a_room_restart() {
     let eb2 = b.wait_joined().await.unwrap();
     // Ask only once a sees b in the new activation.
     for _ in 0..100 {
-        if a.decoder.get(eb2).is_some() {
+        if a.decoder().get(eb2).is_some() {
             break;
         }
         a.recv().await.unwrap();
     }
-    assert!(a.decoder.get(eb2).is_some(), "a sees b after the restart");
+    assert!(a.decoder().get(eb2).is_some(), "a sees b after the restart");
     consent(&mut a, pb::ConsentOp::Request, "follow", eb2, 0).await;
     a.pump_for(Duration::from_millis(200)).await.unwrap();
     let a_events = format!("{:?}", &a.events[a.events.len().saturating_sub(3)..]);

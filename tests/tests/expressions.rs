@@ -68,7 +68,7 @@ async fn one_client_sees_anothers_expression() {
     let mut held = BTreeMap::new();
     // B sees A in its frames first.
     b.pump_for(Duration::from_millis(300)).await.unwrap();
-    assert!(b.decoder.get(a.entity).is_some());
+    assert!(b.decoder().get(a.entity).is_some());
 
     express(&mut a, 5, 6789).await;
     let frames = pump_expressions(&mut b, Duration::from_millis(500), &mut held).await;

@@ -57,7 +57,7 @@ async fn fifty_clients_see_each_other_at_their_latest_positions() {
                         .enumerate()
                         .filter(|(j, _)| *j != i)
                         .all(|(j, e)| {
-                            c.decoder.get(*e).is_some_and(|r| {
+                            c.decoder().get(*e).is_some_and(|r| {
                                 let p = r.pose.position_m();
                                 let t = targets[j];
                                 (0..3).all(|k| (p[k] - t[k]).abs() <= POSITION_ERROR_M + 1e-4)
@@ -74,7 +74,7 @@ async fn fifty_clients_see_each_other_at_their_latest_positions() {
                         .map(|(j, e)| {
                             (
                                 j,
-                                c.decoder.get(*e).map(|r| r.pose.position_m()),
+                                c.decoder().get(*e).map(|r| r.pose.position_m()),
                                 targets[j],
                             )
                         })
@@ -98,7 +98,7 @@ async fn fifty_clients_see_each_other_at_their_latest_positions() {
     for t in tasks {
         let (seen_at, c) = t.await.unwrap();
         assert_eq!(c.frame_errors, 0, "every frame applied");
-        let avatars = c.decoder.entities().filter(|r| r.kind == 0).count();
+        let avatars = c.decoder().entities().filter(|r| r.kind == 0).count();
         assert_eq!(
             avatars, 49,
             "exactly the 49 other avatars (props are entities too)"
@@ -151,7 +151,7 @@ async fn leave_then_join_again() {
     a.join("lj").await.unwrap();
     let eb = b.join("lj").await.unwrap();
     a.pump_for(Duration::from_millis(200)).await.unwrap();
-    assert!(a.decoder.get(eb).is_some());
+    assert!(a.decoder().get(eb).is_some());
     b.send(plaza_proto::pb::client_envelope::Body::Leave(
         plaza_proto::pb::Leave {},
     ))
@@ -160,7 +160,7 @@ async fn leave_then_join_again() {
     let mut gone = false;
     for _ in 0..50 {
         a.recv().await.unwrap();
-        if a.decoder.get(eb).is_none() {
+        if a.decoder().get(eb).is_none() {
             gone = true;
             break;
         }
@@ -168,7 +168,7 @@ async fn leave_then_join_again() {
     assert!(gone, "b's entity left a's view");
     let eb2 = b.join("lj").await.unwrap();
     b.pump_for(Duration::from_millis(200)).await.unwrap();
-    assert!(b.decoder.get(a.entity).is_some());
+    assert!(b.decoder().get(a.entity).is_some());
     assert_eq!(b.frame_errors, 0);
     let _ = eb2;
     assert!(eventually(Duration::from_secs(1), || true).await);

@@ -30,7 +30,7 @@ async fn a_client_resumes_through_another_gateway_with_its_entity() {
     let mut c = Client::connect(&url_a).await.unwrap();
     let entity = c.join("lobby").await.unwrap();
     c.pump_for(Duration::from_millis(200)).await.unwrap();
-    assert!(c.decoder.get(peer_entity).is_some());
+    assert!(c.decoder().get(peer_entity).is_some());
     let (session, wallet, token) = (c.session_id, c.wallet.clone(), c.resume_token.clone());
 
     // Gateway A goes away: the client is told 1001 and keeps its token.
@@ -51,7 +51,7 @@ async fn a_client_resumes_through_another_gateway_with_its_entity() {
     assert_eq!(entity2, entity, "the entity is kept");
     c2.pump_for(Duration::from_millis(200)).await.unwrap();
     assert!(
-        c2.decoder.get(peer_entity).is_some(),
+        c2.decoder().get(peer_entity).is_some(),
         "the room view is back"
     );
     assert_eq!(c2.frame_errors, 0);

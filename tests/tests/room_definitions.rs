@@ -74,7 +74,7 @@ max_members = 8
 
 /// Avatars (not props, not itself) `c` holds.
 fn others_seen(c: &Client) -> usize {
-    c.decoder
+    c.decoder()
         .entities()
         .filter(|r| r.kind != PROP_KIND && r.id != c.entity)
         .count()

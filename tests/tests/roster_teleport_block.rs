@@ -166,7 +166,7 @@ async fn check_teleport(
     for _ in 0..200 {
         match watcher.recv().await.unwrap() {
             Some(server_envelope::Body::SnapshotFrame(_)) => {
-                if let Some(r) = watcher.decoder.get(mover.entity)
+                if let Some(r) = watcher.decoder().get(mover.entity)
                     && r.pose.anim_flags & ANIM_INSTANT != 0
                 {
                     let q = r.pose.position_m();
@@ -195,7 +195,7 @@ async fn check_teleport(
     *t += 0.1;
     mover.move_to(next, *t).await.unwrap();
     let moved = pump_until(&mut [mover], Duration::from_secs(3), |c| {
-        c[0].decoder
+        c[0].decoder()
             .own()
             .is_some_and(|o| (o.pose.position[0] - next[0]).abs() < 0.01)
     })
@@ -212,7 +212,7 @@ async fn check_teleport(
 
 /// Whether `viewer`'s frames hold `other`'s avatar.
 fn sees(viewer: &Client, other: &Client) -> bool {
-    viewer.decoder.get(other.entity).is_some()
+    viewer.decoder().get(other.entity).is_some()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -426,7 +426,7 @@ async fn roster_teleport_and_blocks_work_end_to_end_and_survive_a_drain() {
         "{k:?}"
     );
     // The mover's reference time came with the handoff: its moves go on from where it is.
-    let here = a.decoder.own().expect("own state").pose.position;
+    let here = a.decoder().own().expect("own state").pose.position;
     ta += 0.1;
     a.move_to([here[0] + 0.2, here[1], here[2]], ta)
         .await

@@ -18,14 +18,14 @@ async fn a_corrupted_view_is_detected_and_healed_within_one_check_period() {
     let mut b = Client::connect(&url).await.unwrap();
     let eb = b.join("exact").await.unwrap();
     a.pump_for(Duration::from_millis(300)).await.unwrap();
-    let truth = *a.decoder.get(eb).expect("a sees b");
+    let truth = *a.decoder().get(eb).expect("a sees b");
     assert_eq!(a.frame_errors, 0);
 
     // Flip one entity in a's held state.
     let mut wrong = truth.pose;
     wrong.position_mm[0] += 1234;
     assert_ne!(wrong, QuantPose::default());
-    assert!(a.decoder.corrupt_pose(eb, wrong));
+    assert!(a.decoder_mut().corrupt_pose(eb, wrong));
     let frames_at_corruption = a.frames.len();
 
     // Within one check period (plus the keyframe's round trip) the check fails, a resync goes
@@ -48,6 +48,6 @@ async fn a_corrupted_view_is_detected_and_healed_within_one_check_period() {
         frames_taken <= check_every + 3,
         "healed after {frames_taken} frames (check every {check_every})"
     );
-    assert_eq!(a.decoder.get(eb).map(|r| r.pose), Some(truth.pose));
+    assert_eq!(a.decoder().get(eb).map(|r| r.pose), Some(truth.pose));
     plaza.shutdown().await;
 }

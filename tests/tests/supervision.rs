@@ -58,7 +58,7 @@ async fn a_panicking_room_does_not_take_others_down() {
     for pair in b.frames.windows(2) {
         assert_eq!(pair[1].seq, pair[0].seq.wrapping_add(1));
     }
-    assert!(b.decoder.get(b2_entity).is_some());
+    assert!(b.decoder().get(b2_entity).is_some());
 
     let admin = plaza.admin_addr();
     let mut metrics = String::new();
