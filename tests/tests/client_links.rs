@@ -159,11 +159,11 @@ async fn lossy_jittery_client_links_stay_exact_without_a_resync_storm() {
                 .iter()
                 .filter(|(e, _)| *e != c.entity)
                 .filter(|(e, p)| {
-                    !c.decoder
+                    !c.decoder()
                         .get(*e)
                         .is_some_and(|r| close(r.pose.position_m(), *p))
                 })
-                .map(|(e, p)| (*e, c.decoder.get(*e).map(|r| r.pose.position_m()), *p))
+                .map(|(e, p)| (*e, c.decoder().get(*e).map(|r| r.pose.position_m()), *p))
                 .collect();
             if wrong.is_empty() {
                 break;
