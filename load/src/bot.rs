@@ -53,7 +53,8 @@ const PICKUP_RANGE_M: f32 = 1.8;
 
 type Ws = WebSocketStream<MaybeTlsStream<TcpStream>>;
 
-/// Client frame period: the bot's "render frame", at which movement sends are decided.
+/// Client frame period: the bot's "render frame", at which movement sends are decided; shorter
+/// when the send rate's `move_interval` is (`--input-hz 20`: 50 ms), never under 10 ms.
 const CLIENT_FRAME: Duration = Duration::from_millis(100);
 /// Samples are flushed every this many client frames.
 const FLUSH_EVERY: u32 = 10;
@@ -483,7 +484,7 @@ impl Bot {
     // === Session ===
 
     async fn session(&mut self, ws: &mut Ws, deadline: Instant) -> SessionEnd {
-        let mut tick = tokio::time::interval(CLIENT_FRAME);
+        let mut tick = tokio::time::interval(self.client_frame());
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let stop = tokio::time::sleep_until(deadline.into());
         tokio::pin!(stop);
@@ -940,7 +941,7 @@ impl Bot {
             }
         }
         let ping_frames =
-            (self.shared.cfg.ping_interval.as_millis() / CLIENT_FRAME.as_millis()).max(1);
+            (self.shared.cfg.ping_interval.as_millis() / self.client_frame().as_millis()).max(1);
         if u128::from(self.frame_no) % ping_frames == 0 && self.conn.ping(self.secs(now)).is_some()
         {
             self.samples.pings += 1;
@@ -951,6 +952,14 @@ impl Bot {
         }
     }
 
+    /// The client frame period in effect ([`CLIENT_FRAME`], shortened to the send rate's
+    /// `move_interval`).
+    fn client_frame(&self) -> Duration {
+        CLIENT_FRAME
+            .min(self.shared.cfg.send_rate.move_interval)
+            .max(Duration::from_millis(10))
+    }
+
     /// `expression_hz` expressions per second, spread over the client frames (an accumulator:
     /// 10 Hz is one per 100 ms frame); each a new id and intensity.
     fn send_expressions(&mut self) {
@@ -958,7 +967,7 @@ impl Bot {
         if hz == 0 {
             return;
         }
-        let per_s = (1000 / CLIENT_FRAME.as_millis()) as u32;
+        let per_s = (1000 / self.client_frame().as_millis()) as u32;
         self.expression_acc += hz;
         while self.expression_acc >= per_s {
             self.expression_acc -= per_s;

@@ -37,6 +37,11 @@ struct Args {
     /// the expression bytes received per bot separately.
     #[arg(long, default_value_t = 0)]
     expressions: u32,
+    /// Movement messages each moving bot sends per second at most (the send rate's fastest
+    /// interval and its per-second cap; default 10, the seed's rate; the gateway accepts up to
+    /// `gateway.movement_hz`, shipped 20).
+    #[arg(long = "input-hz", default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..=100))]
+    input_hz: u32,
     /// Number of rooms (`load-0` .. `load-<R-1>`, bots round-robin).
     #[arg(long, default_value_t = 1)]
     rooms: usize,
@@ -159,6 +164,8 @@ fn main() -> anyhow::Result<()> {
     cfg.progress = !args.quiet;
     cfg.ca_certs = args.ca_cert.clone();
     cfg.expression_hz = args.expressions;
+    cfg.send_rate.move_interval = Duration::from_secs_f64(1.0 / f64::from(args.input_hz));
+    cfg.send_rate.max_per_second = args.input_hz;
     cfg.auth_token = args.auth_token.clone();
 
     let runtime = tokio::runtime::Builder::new_multi_thread()
