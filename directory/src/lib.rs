@@ -52,6 +52,7 @@ pub mod memory;
 pub mod policy;
 #[cfg(not(loom))]
 pub mod redis_dir;
+pub mod sources;
 mod sync;
 #[cfg(any(test, feature = "test-util"))]
 pub mod test_util;

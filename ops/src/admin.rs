@@ -20,13 +20,12 @@
 //! on a loopback address get in (`plaza up` on a laptop); every other caller gets 401. Every operator call is audited to the
 //! `plaza::audit` log target (caller address, method, path, outcome).
 
-use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use axum::Json;
-use axum::extract::{ConnectInfo, Query, State};
+use axum::extract::{ConnectInfo, RawQuery, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::IntoResponse;
 use axum::routing::{any, get, post};
@@ -40,6 +39,7 @@ use crate::metrics::Format;
 
 pub mod console;
 pub mod operator;
+mod presence;
 
 pub use operator::Operator;
 
@@ -152,6 +152,10 @@ impl Admin {
         use operator as op;
         let operator = axum::Router::new()
             .route("/v1/peers", get(peers))
+            .route(
+                "/v1/presence/{wallet}/sources/{source}",
+                post(presence::hold).delete(presence::release),
+            )
             .route("/v1/node", get(op::get_node))
             .route("/v1/node/drain", post(op::drain))
             .route("/v1/nodes", get(op::get_nodes))
@@ -330,17 +334,33 @@ struct Peer {
     node: String,
 }
 
-async fn peers(
-    State(s): State<Arc<AdminState>>,
-    Query(q): Query<HashMap<String, String>>,
-) -> impl IntoResponse {
-    let ids: Option<Vec<String>> = q.get("ids").map(|v| {
-        v.split(',')
-            .filter(|s| !s.is_empty())
-            .take(1000)
-            .map(str::to_owned)
-            .collect()
-    });
+/// The wallets a `/v1/peers` query names: `ids=a,b` (comma-separated) and the seed's
+/// repeated `id=a&id=b`, together; `None` when neither is given (everyone). At most
+/// `plaza_directory::MAX_PEERS_FILTER` are kept.
+fn peer_filter(query: Option<&str>) -> Option<Vec<String>> {
+    let mut ids: Option<Vec<String>> = None;
+    for (k, v) in form_urlencoded::parse(query.unwrap_or("").as_bytes()) {
+        match &*k {
+            "ids" => ids
+                .get_or_insert_with(Vec::new)
+                .extend(v.split(',').filter(|s| !s.is_empty()).map(str::to_owned)),
+            "id" => {
+                let list = ids.get_or_insert_with(Vec::new);
+                if !v.is_empty() {
+                    list.push(v.into_owned());
+                }
+            }
+            _ => {}
+        }
+    }
+    if let Some(list) = ids.as_mut() {
+        list.truncate(plaza_directory::MAX_PEERS_FILTER);
+    }
+    ids
+}
+
+async fn peers(State(s): State<Arc<AdminState>>, RawQuery(query): RawQuery) -> impl IntoResponse {
+    let ids = peer_filter(query.as_deref());
     let Some(directory) = s.directory.get() else {
         return (
             StatusCode::SERVICE_UNAVAILABLE,
@@ -374,5 +394,33 @@ async fn peers(
             })),
         )
             .into_response(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::peer_filter;
+
+    #[test]
+    fn peers_take_ids_and_the_seed_s_repeated_id() {
+        assert_eq!(peer_filter(None), None);
+        assert_eq!(peer_filter(Some("other=1")), None);
+        assert_eq!(
+            peer_filter(Some("ids=0xa,0xb")),
+            Some(vec!["0xa".to_owned(), "0xb".to_owned()])
+        );
+        assert_eq!(
+            peer_filter(Some("id=0xa&id=guest%3Aann&ids=0xc")),
+            Some(vec!["0xa".into(), "guest:ann".into(), "0xc".into()])
+        );
+        assert_eq!(peer_filter(Some("id=")), Some(vec![]));
+        let many = (0..20_000)
+            .map(|i| format!("id={i}"))
+            .collect::<Vec<_>>()
+            .join("&");
+        assert_eq!(
+            peer_filter(Some(&many)).map(|v| v.len()),
+            Some(plaza_directory::MAX_PEERS_FILTER)
+        );
     }
 }

@@ -239,6 +239,7 @@ impl Node {
             cfg.session_queue,
             metrics.clone(),
             draining.clone(),
+            directory.clone(),
         );
         let svc_grpc = svc.clone();
         let (shutdown, mut rx) = watch::channel(false);

@@ -14,7 +14,8 @@ use std::pin::Pin;
 use futures::Stream;
 use plaza_node_proto::room_host_server::RoomHost;
 use plaza_node_proto::{
-    AttachRequest, NodeInbound, NodeOutbound, StatusReply, StatusRequest, node_inbound,
+    AttachRequest, NodeInbound, NodeOutbound, PresenceSourceReply, PresenceSourceRequest,
+    StatusReply, StatusRequest, node_inbound,
 };
 use tokio::sync::mpsc;
 use tokio_stream::StreamExt as _;
@@ -32,7 +33,7 @@ use crate::supervisor::{Rooms, RoomsError};
 static NEXT_LINK: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
 /// The `RoomHost` implementation.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct RoomHostService {
     node_id: String,
     rooms: Rooms,
@@ -40,6 +41,17 @@ pub struct RoomHostService {
     session_queue: usize,
     metrics: crate::metrics::NodeMetrics,
     draining: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    /// For the presence-source calls.
+    directory: plaza_directory::SharedDirectory,
+}
+
+impl std::fmt::Debug for RoomHostService {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RoomHostService")
+            .field("node_id", &self.node_id)
+            .field("session_queue", &self.session_queue)
+            .finish_non_exhaustive()
+    }
 }
 
 impl RoomHostService {
@@ -50,6 +62,7 @@ impl RoomHostService {
         session_queue: usize,
         metrics: crate::metrics::NodeMetrics,
         draining: std::sync::Arc<std::sync::atomic::AtomicBool>,
+        directory: plaza_directory::SharedDirectory,
     ) -> Self {
         Self {
             node_id,
@@ -57,6 +70,7 @@ impl RoomHostService {
             session_queue,
             metrics,
             draining,
+            directory,
         }
     }
 
@@ -110,6 +124,54 @@ impl RoomHost for RoomHostService {
             rooms: rooms.len() as u32,
             sessions: self.metrics.sessions.get().max(0) as u32,
             draining: self.draining.load(std::sync::atomic::Ordering::Relaxed),
+        }))
+    }
+
+    async fn presence_source(
+        &self,
+        req: Request<PresenceSourceRequest>,
+    ) -> Result<Response<PresenceSourceReply>, Status> {
+        use plaza_directory::{DirectoryError, sources};
+        let r = req.into_inner();
+        let to_status = |e: DirectoryError| match e {
+            DirectoryError::Invalid(m) => Status::invalid_argument(m),
+            DirectoryError::NotFound(m) => Status::not_found(m),
+            DirectoryError::Unavailable(m) => Status::unavailable(m),
+            e => Status::aborted(e.to_string()),
+        };
+        let source = sources::external(&r.source).map_err(to_status)?;
+        let dir = &*self.directory;
+        if r.hold {
+            let entry = sources::hold(dir, &r.wallet, source)
+                .await
+                .map_err(to_status)?;
+            return Ok(Response::new(PresenceSourceReply {
+                online: true,
+                room: entry.room,
+                sources: sources::names(entry.sources)
+                    .into_iter()
+                    .map(str::to_owned)
+                    .collect(),
+            }));
+        }
+        let gone = sources::release(dir, &r.wallet, source)
+            .await
+            .map_err(to_status)?;
+        let entry = if gone {
+            None
+        } else {
+            dir.presence_get(&r.wallet).await.map_err(to_status)?
+        };
+        Ok(Response::new(match entry {
+            Some(e) => PresenceSourceReply {
+                online: true,
+                room: e.room,
+                sources: sources::names(e.sources)
+                    .into_iter()
+                    .map(str::to_owned)
+                    .collect(),
+            },
+            None => PresenceSourceReply::default(),
         }))
     }
 }

@@ -7,41 +7,8 @@ use std::time::Duration;
 
 use plaza_proto::pb::{self, client_envelope};
 use plaza_tests::cluster::wait_until;
-use plaza_tests::{Client, start_plaza, test_config, ws_url};
+use plaza_tests::{Client, http_call as call, start_plaza, test_config, ws_url};
 use serde_json::Value;
-
-/// One HTTP/1.1 call: (status, JSON body or `null`).
-async fn call(
-    addr: SocketAddr,
-    method: &str,
-    path: &str,
-    token: Option<&str>,
-    body: Option<&str>,
-) -> (u16, Value) {
-    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
-    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
-    let auth = token.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
-    let body = body.unwrap_or("");
-    let req = format!(
-        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n{auth}\
-         Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
-        body.len()
-    );
-    s.write_all(req.as_bytes()).await.unwrap();
-    let mut buf = Vec::new();
-    tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut buf))
-        .await
-        .expect("answer in time")
-        .unwrap();
-    let text = String::from_utf8_lossy(&buf).into_owned();
-    let status: u16 = text
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .expect("status line");
-    let body = text.split_once("\r\n\r\n").map_or("", |x| x.1);
-    (status, serde_json::from_str(body).unwrap_or(Value::Null))
-}
 
 async fn get(addr: SocketAddr, path: &str) -> (u16, Value) {
     call(addr, "GET", path, None, None).await
