@@ -51,6 +51,9 @@ pub struct ConnectionConfig {
     pub resync_retry_s: f64,
     /// A `Ping` goes every this many seconds while negotiated (0: never).
     pub ping_interval_s: f64,
+    /// Whether [`Connection::roster`] keeps who each avatar is (default true). A caller that
+    /// only counts the `Roster` events (the load tool's thousands of bots) saves the memory.
+    pub keep_roster: bool,
 }
 
 impl Default for ConnectionConfig {
@@ -62,6 +65,7 @@ impl Default for ConnectionConfig {
             room: None,
             resync_retry_s: 2.0,
             ping_interval_s: 5.0,
+            keep_roster: true,
         }
     }
 }
@@ -932,7 +936,7 @@ impl Connection {
         }
     }
 
-    fn applied(&mut self, d: DecodedFrame) {
+    fn applied(&mut self, mut d: DecodedFrame) {
         self.stats.frames += 1;
         if d.keyframe {
             self.stats.keyframes += 1;
@@ -958,7 +962,8 @@ impl Connection {
         let ids: Vec<u32> = if d.keyframe {
             self.decoder.entities().map(|r| r.id).collect()
         } else {
-            d.changed.clone()
+            // Performance: runs every frame; the frame is ours, its list need not be copied.
+            std::mem::take(&mut d.changed)
         };
         for id in ids {
             let Some(record) = self.decoder.get(id).copied() else {
@@ -1018,7 +1023,7 @@ impl Connection {
                 for id in &r.removed {
                     self.roster.remove(id);
                 }
-                for u in &r.upserts {
+                for u in r.upserts.iter().filter(|_| self.cfg.keep_roster) {
                     if self.roster.len() < MAX_ENTITIES || self.roster.contains_key(&u.entity_id) {
                         self.roster.insert(u.entity_id, u.clone());
                     }

@@ -230,6 +230,8 @@ impl Bot {
             resync_retry_s: RESYNC_RETRY_S,
             // The bot pings on its own cadence (spread over client frames, see below).
             ping_interval_s: 0.0,
+            // Bots count roster events; who each avatar is would cost every bot memory.
+            keep_roster: false,
             ..ConnectionConfig::default()
         });
         Self {
