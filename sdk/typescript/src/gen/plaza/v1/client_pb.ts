@@ -17,7 +17,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file plaza/v1/client.proto.
  */
 export const file_plaza_v1_client: GenFile = /*@__PURE__*/
-  fileDesc("ChVwbGF6YS92MS9jbGllbnQucHJvdG8SCHBsYXphLnYxIi8KD1Byb3RvY29sVmVyc2lvbhINCgVtYWpvchgBIAEoDRINCgVtaW5vchgCIAEoDSKrBgoOQ2xpZW50RW52ZWxvcGUSEgoKc2Vzc2lvbl9pZBgBIAEoBBIQCghzZXF1ZW5jZRgCIAEoDRISCgpzZW50X2F0X21zGAMgASgEEigKCW5lZ290aWF0ZRgKIAEoCzITLnBsYXphLnYxLk5lZ290aWF0ZUgAEh4KBGpvaW4YCyABKAsyDi5wbGF6YS52MS5Kb2luSAASIAoFbGVhdmUYDCABKAsyDy5wbGF6YS52MS5MZWF2ZUgAEiYKCG1vdmVtZW50GA0gASgLMhIucGxhemEudjEuTW92ZW1lbnRIABIeCgRwaW5nGA4gASgLMg4ucGxhemEudjEuUGluZ0gAEiIKBnJlc3luYxgPIAEoCzIQLnBsYXphLnYxLlJlc3luY0gAEjsKE21vdmVtZW50X2NvbXByZXNzZWQYECABKAsyHC5wbGF6YS52MS5Nb3ZlbWVudENvbXByZXNzZWRIABIsCgtpbnRlcmFjdGlvbhgRIAEoCzIVLnBsYXphLnYxLkludGVyYWN0aW9uSAASKgoHY29uc2VudBgSIAEoCzIXLnBsYXphLnYxLkNvbnNlbnRBY3Rpb25IABIgCgVlbW90ZRgTIAEoCzIPLnBsYXphLnYxLkVtb3RlSAASLQoMc2NlbmVfYWN0aW9uGBQgASgLMhUucGxhemEudjEuU2NlbmVBY3Rpb25IABIvCg1zY2VuZV9jb250cm9sGBUgASgLMhYucGxhemEudjEuU2NlbmVDb250cm9sSAASLQoIdGVsZXBvcnQYFiABKAsyGS5wbGF6YS52MS5UZWxlcG9ydFJlcXVlc3RIABImCgVibG9jaxgXIAEoCzIVLnBsYXphLnYxLkJsb2NrQWN0aW9uSAASMQoOcGVyc29uYWxfc3BhY2UYGCABKAsyFy5wbGF6YS52MS5QZXJzb25hbFNwYWNlSAASKgoKZXhwcmVzc2lvbhgZIAEoCzIULnBsYXphLnYxLkV4cHJlc3Npb25IABIwCgdwcm9maWxlGBogASgLMh0ucGxhemEudjEuUHJvZmlsZUFubm91bmNlbWVudEgAQgYKBGJvZHkidwoJTmVnb3RpYXRlEisKCHZlcnNpb25zGAEgAygLMhkucGxhemEudjEuUHJvdG9jb2xWZXJzaW9uEhIKCmF1dGhfdG9rZW4YAiABKAkSFAoMcmVzdW1lX3Rva2VuGAMgASgJEhMKC2NsaWVudF9uYW1lGAQgASgJIhcKBEpvaW4SDwoHcm9vbV9pZBgBIAEoCSIHCgVMZWF2ZSInCgRWZWMzEgkKAXgYASABKAISCQoBeRgCIAEoAhIJCgF6GAMgASgCIv8CCghNb3ZlbWVudBIgCghwb3NpdGlvbhgBIAEoCzIOLnBsYXphLnYxLlZlYzMSIAoIdmVsb2NpdHkYAiABKAsyDi5wbGF6YS52MS5WZWMzEhIKCnJvdGF0aW9uX3kYAyABKAISLQoNbW92ZW1lbnRfa2luZBgEIAEoDjIWLnBsYXphLnYxLk1vdmVtZW50S2luZBISCgphbmltX2ZsYWdzGAUgASgNEhsKE2hlYWRfaWtfeWF3X2VuYWJsZWQYBiABKAgSHQoVaGVhZF9pa19waXRjaF9lbmFibGVkGAcgASgIEhAKCGhlYWRfeWF3GAggASgCEhIKCmhlYWRfcGl0Y2gYCSABKAISFgoOaXNfcG9pbnRpbmdfYXQYCiABKAgSIAoIcG9pbnRfYXQYCyABKAsyDi5wbGF6YS52MS5WZWMzEhIKCmlzX2luc3RhbnQYDCABKAgSEQoJdGltZXN0YW1wGA0gASgBEhUKDXZlbG9jaXR5X3RpZXIYDiABKA0icQoSTW92ZW1lbnRDb21wcmVzc2VkEhUKDXRlbXBvcmFsX2RhdGEYASABKAcSFQoNbW92ZW1lbnRfZGF0YRgCIAEoBhIWCg5oZWFkX3N5bmNfZGF0YRgDIAEoBxIVCg1wb2ludF9hdF9kYXRhGAQgASgHIh4KBFBpbmcSFgoOY2xpZW50X3RpbWVfbXMYASABKAQiSAoGUmVzeW5jEhYKDmxhc3RfZnJhbWVfc2VxGAEgASgNEiYKBnJlYXNvbhgCIAEoDjIWLnBsYXphLnYxLlJlc3luY1JlYXNvbiKcAQoLSW50ZXJhY3Rpb24SJwoEa2luZBgBIAEoDjIZLnBsYXphLnYxLkludGVyYWN0aW9uS2luZBIPCgdwcm9wX2lkGAIgASgNEiAKCHBvc2l0aW9uGAMgASgLMg4ucGxhemEudjEuVmVjMxIgCgh2ZWxvY2l0eRgEIAEoCzIOLnBsYXphLnYxLlZlYzMSDwoHcm9vbV9pZBgFIAEoCSJpCg1Db25zZW50QWN0aW9uEh8KAm9wGAEgASgOMhMucGxhemEudjEuQ29uc2VudE9wEgwKBGtpbmQYAiABKAkSFQoNdGFyZ2V0X2VudGl0eRgDIAEoDRISCgpjb25zZW50X2lkGAQgASgEIj0KBUVtb3RlEhAKCGVtb3RlX2lkGAEgASgJEhQKDHRpbWVzdGFtcF9tcxgCIAEoBBIMCgRzdG9wGAMgASgIIiYKD1RlbGVwb3J0UmVxdWVzdBITCgtkZXN0aW5hdGlvbhgBIAEoCSJaCgtCbG9ja0FjdGlvbhIdCgJvcBgBIAEoDjIRLnBsYXphLnYxLkJsb2NrT3ASFQoNdGFyZ2V0X2VudGl0eRgCIAEoDRIVCg10YXJnZXRfd2FsbGV0GAMgASgJIiEKDVBlcnNvbmFsU3BhY2USEAoIcmFkaXVzX20YASABKAIiOQoKRXhwcmVzc2lvbhIVCg1leHByZXNzaW9uX2lkGAEgASgNEhQKDGludGVuc2l0eV9icBgCIAEoDSI8ChNQcm9maWxlQW5ub3VuY2VtZW50Eg8KB3ZlcnNpb24YASABKAQSFAoMZGlzcGxheV9uYW1lGAIgASgJIjAKC1NjZW5lQWN0aW9uEhAKCHNjZW5lX2lkGAEgASgJEg8KB3BheWxvYWQYAiABKAwiaAoMU2NlbmVDb250cm9sEhAKCHNjZW5lX2lkGAEgASgJEiQKAm9wGAIgASgOMhgucGxhemEudjEuU2NlbmVDb250cm9sT3ASDAoEdGljaxgDIAEoBBISCgpnYW1lX3N0YXRlGAQgASgMItADCg5TZXJ2ZXJFbnZlbG9wZRIQCghzZXF1ZW5jZRgBIAEoDRISCgpzZW50X2F0X21zGAIgASgEEioKCm5lZ290aWF0ZWQYCiABKAsyFC5wbGF6YS52MS5OZWdvdGlhdGVkSAASIgoGam9pbmVkGAsgASgLMhAucGxhemEudjEuSm9pbmVkSAASMQoOc25hcHNob3RfZnJhbWUYDCABKAsyFy5wbGF6YS52MS5TbmFwc2hvdEZyYW1lSAASIAoFZXJyb3IYDSABKAsyDy5wbGF6YS52MS5FcnJvckgAEh4KBHBvbmcYDiABKAsyDi5wbGF6YS52MS5Qb25nSAASKgoKY29ycmVjdGlvbhgPIAEoCzIULnBsYXphLnYxLkNvcnJlY3Rpb25IABIgCgVldmVudBgQIAEoCzIPLnBsYXphLnYxLkV2ZW50SAASHgoEbGVmdBgRIAEoCzIOLnBsYXphLnYxLkxlZnRIABIwCgtleHByZXNzaW9ucxgSIAEoCzIZLnBsYXphLnYxLkV4cHJlc3Npb25GcmFtZUgAEisKC3Jvb21fc3RhdHVzGBMgASgLMhQucGxhemEudjEuUm9vbVN0YXR1c0gAQgYKBGJvZHkiYQoKUm9vbVN0YXR1cxIPCgdyb29tX2lkGAEgASgJEiYKBGtpbmQYAiABKA4yGC5wbGF6YS52MS5Sb29tU3RhdHVzS2luZBIaChJyZWNvbm5lY3RfYWZ0ZXJfbXMYAyABKA0ilAEKCk5lZ290aWF0ZWQSKgoHdmVyc2lvbhgBIAEoCzIZLnBsYXphLnYxLlByb3RvY29sVmVyc2lvbhISCgpzZXNzaW9uX2lkGAIgASgEEg4KBndhbGxldBgDIAEoCRIUCgxyZXN1bWVfdG9rZW4YBCABKAkSIAoGbGltaXRzGAUgASgLMhAucGxhemEudjEuTGltaXRzIm8KBkxpbWl0cxIXCg9tYXhfZnJhbWVfYnl0ZXMYASABKA0SFwoPbWF4X21vdmVtZW50X2h6GAIgASgNEhgKEG1heF9ldmVudHNfcGVyX3MYAyABKA0SGQoRbWF4X2V4cHJlc3Npb25faHoYBCABKA0i9wEKBkpvaW5lZBIPCgdyb29tX2lkGAEgASgJEhEKCWVudGl0eV9pZBgCIAEoDRIPCgd0aWNrX2h6GAMgASgNEhQKDGJyb2FkY2FzdF9oehgEIAEoDRItCg1jYXBhY2l0eV90aWVyGAUgASgOMhYucGxhemEudjEuQ2FwYWNpdHlUaWVyEhQKDGludGVyZXN0X2NhcBgGIAEoDRIgCghwb3NpdGlvbhgHIAEoCzIOLnBsYXphLnYxLlZlYzMSJwoEcm9vbRgIIAEoCzIZLnBsYXphLnYxLlJvb21EZXNjcmlwdGlvbhISCgpyb3RhdGlvbl95GAkgASgCIv4CCg9Sb29tRGVzY3JpcHRpb24SIgoKYm91bmRzX21pbhgBIAEoCzIOLnBsYXphLnYxLlZlYzMSIgoKYm91bmRzX21heBgCIAEoCzIOLnBsYXphLnYxLlZlYzMSEAoIZ3JvdW5kX3kYAyABKAISJQoJY2VsbF9ncmlkGAQgASgLMhIucGxhemEudjEuQ2VsbEdyaWQSKwoMZGVzdGluYXRpb25zGAUgAygLMhUucGxhemEudjEuRGVzdGluYXRpb24SKAoGbGltaXRzGAYgASgLMhgucGxhemEudjEuTW92ZW1lbnRMaW1pdHMSEwoLbWF4X21lbWJlcnMYByABKA0SGgoSYnVkZ2V0X2J5dGVzX3Blcl9zGAggASgNEhUKDWV4cHJlc3Npb25faHoYCSABKA0SEgoKZGVmaW5pdGlvbhgKIAEoCRIdChVjYXBzdWxlX2hhbGZfaGVpZ2h0X20YCyABKAISGAoQY2Fwc3VsZV9yYWRpdXNfbRgMIAEoAiJbCghDZWxsR3JpZBITCgtjZWxsX3NpemVfbRgBIAEoAhINCgVtaW5feBgCIAEoBRINCgVtaW5fehgDIAEoBRINCgV3aWR0aBgEIAEoDRINCgVkZXB0aBgFIAEoDSKxAQoLRGVzdGluYXRpb24SDAoEbmFtZRgBIAEoCRInCgRraW5kGAIgASgOMhkucGxhemEudjEuRGVzdGluYXRpb25LaW5kEiAKCHBvc2l0aW9uGAMgASgLMg4ucGxhemEudjEuVmVjMxISCgpyb3RhdGlvbl95GAQgASgCEhAKCHJhZGl1c19tGAUgASgCEg4KBnRhcmdldBgGIAEoCRITCgtyZXF1ZXN0YWJsZRgHIAEoCCKYAQoOTW92ZW1lbnRMaW1pdHMSFQoNbWF4X3NwZWVkX21wcxgBIAEoAhIbChN0ZWxlcG9ydF9kaXN0YW5jZV9tGAIgASgCEhkKEWNsb2NrX3RvbGVyYW5jZV9zGAMgASgCEhcKD3NwZWVkX3RvbGVyYW5jZRgEIAEoAhIeChZtYXhfdmVydGljYWxfc3BlZWRfbXBzGAUgASgCIhcKBExlZnQSDwoHcm9vbV9pZBgBIAEoCSIeCg1TbmFwc2hvdEZyYW1lEg0KBWZyYW1lGAEgASgMIpoBCgVFcnJvchIhCgRjb2RlGAEgASgOMhMucGxhemEudjEuRXJyb3JDb2RlEg8KB21lc3NhZ2UYAiABKAkSNQoSc3VwcG9ydGVkX3ZlcnNpb25zGAMgAygLMhkucGxhemEudjEuUHJvdG9jb2xWZXJzaW9uEhEKCXJldHJ5YWJsZRgEIAEoCBITCgtpbl9yZXBseV90bxgFIAEoDSI2CgRQb25nEhYKDmNsaWVudF90aW1lX21zGAEgASgEEhYKDnNlcnZlcl90aW1lX21zGAIgASgEIqkBCgpDb3JyZWN0aW9uEiYKBnJlYXNvbhgBIAEoDjIWLnBsYXphLnYxLlJlamVjdFJlYXNvbhIgCghwb3NpdGlvbhgCIAEoCzIOLnBsYXphLnYxLlZlYzMSIAoIdmVsb2NpdHkYAyABKAsyDi5wbGF6YS52MS5WZWMzEhIKCnJvdGF0aW9uX3kYBCABKAISGwoTbGFzdF9pbnB1dF9zZXF1ZW5jZRgFIAEoDSLOAwoFRXZlbnQSEAoIcm9vbV9zZXEYASABKAQSIwoEcHJvcBgKIAEoCzITLnBsYXphLnYxLlByb3BFdmVudEgAEikKB2NvbnNlbnQYCyABKAsyFi5wbGF6YS52MS5Db25zZW50RXZlbnRIABIlCgVlbW90ZRgMIAEoCzIULnBsYXphLnYxLkVtb3RlRXZlbnRIABIpCgpzY2VuZV90aWNrGA0gASgLMhMucGxhemEudjEuU2NlbmVUaWNrSAASKQoKc2NlbmVfc3luYxgOIAEoCzITLnBsYXphLnYxLlNjZW5lU3luY0gAEi0KCHJlamVjdGVkGA8gASgLMhkucGxhemEudjEuUmVxdWVzdFJlamVjdGVkSAASMgoMc2NlbmVfY2xpZW50GBAgASgLMhoucGxhemEudjEuU2NlbmVDbGllbnRFdmVudEgAEigKBnJvc3RlchgRIAEoCzIWLnBsYXphLnYxLlJvc3RlclVwZGF0ZUgAEioKCnRlbGVwb3J0ZWQYEiABKAsyFC5wbGF6YS52MS5UZWxlcG9ydGVkSAASJQoFYmxvY2sYEyABKAsyFC5wbGF6YS52MS5CbG9ja0V2ZW50SABCBgoEa2luZCJfCgtSb3N0ZXJFbnRyeRIRCgllbnRpdHlfaWQYASABKA0SDgoGd2FsbGV0GAIgASgJEhQKDGRpc3BsYXlfbmFtZRgDIAEoCRIXCg9wcm9maWxlX3ZlcnNpb24YBCABKAQiVQoMUm9zdGVyVXBkYXRlEgwKBGZ1bGwYASABKAgSJgoHdXBzZXJ0cxgCIAMoCzIVLnBsYXphLnYxLlJvc3RlckVudHJ5Eg8KB3JlbW92ZWQYAyADKA0irwEKClRlbGVwb3J0ZWQSEQoJZW50aXR5X2lkGAEgASgNEiAKCHBvc2l0aW9uGAIgASgLMg4ucGxhemEudjEuVmVjMxISCgpyb3RhdGlvbl95GAMgASgCEhMKC2Rlc3RpbmF0aW9uGAQgASgJEiYKBWNhdXNlGAUgASgOMhcucGxhemEudjEuVGVsZXBvcnRDYXVzZRIbChNsYXN0X2lucHV0X3NlcXVlbmNlGAYgASgNIksKCkJsb2NrRXZlbnQSFQoNdGFyZ2V0X3dhbGxldBgBIAEoCRIVCg10YXJnZXRfZW50aXR5GAIgASgNEg8KB2Jsb2NrZWQYAyABKAgiUQoPRXhwcmVzc2lvblN0YXRlEhEKCWVudGl0eV9pZBgBIAEoDRIVCg1leHByZXNzaW9uX2lkGAIgASgNEhQKDGludGVuc2l0eV9icBgDIAEoDSJYCg9FeHByZXNzaW9uRnJhbWUSDAoEdGljaxgBIAEoBBIMCgRmdWxsGAIgASgIEikKBnN0YXRlcxgDIAMoCzIZLnBsYXphLnYxLkV4cHJlc3Npb25TdGF0ZSKQAQoJUHJvcEV2ZW50Eg8KB3Byb3BfaWQYASABKA0SFQoNaG9sZGVyX2VudGl0eRgCIAEoDRIQCghyZXZpc2lvbhgDIAEoBBInCgRraW5kGAQgASgOMhkucGxhemEudjEuSW50ZXJhY3Rpb25LaW5kEiAKCHBvc2l0aW9uGAUgASgLMg4ucGxhemEudjEuVmVjMyJwCgxDb25zZW50RXZlbnQSEgoKY29uc2VudF9pZBgBIAEoBBIMCgRraW5kGAIgASgJEhgKEHJlcXVlc3Rlcl9lbnRpdHkYAyABKA0SFQoNdGFyZ2V0X2VudGl0eRgEIAEoDRINCgVzdGF0ZRgFIAEoCSJ+CgpFbW90ZUV2ZW50EhEKCWVudGl0eV9pZBgBIAEoDRIQCghlbW90ZV9pZBgCIAEoCRIMCgRzdG9wGAMgASgIEhQKDHRpbWVzdGFtcF9tcxgEIAEoBBITCgtpbl9wcm9ncmVzcxgFIAEoCBISCgplbGFwc2VkX21zGAYgASgEIlgKCVNjZW5lVGljaxIQCghzY2VuZV9pZBgBIAEoCRIMCgR0aWNrGAIgASgEEisKB2FjdGlvbnMYAyADKAsyGi5wbGF6YS52MS5TY2VuZUFjdGlvbkVudHJ5IjYKEFNjZW5lQWN0aW9uRW50cnkSEQoJZW50aXR5X2lkGAEgASgNEg8KB3BheWxvYWQYAiABKAwilAEKCVNjZW5lU3luYxIQCghzY2VuZV9pZBgBIAEoCRIMCgR0aWNrGAIgASgEEhIKCmdhbWVfc3RhdGUYAyABKAwSFAoMY2xpZW50X3N0YXRlGAQgASgJEiYKB21lbWJlcnMYBSADKAsyFS5wbGF6YS52MS5TY2VuZU1lbWJlchIVCg1tYXN0ZXJfZW50aXR5GAYgASgNIjYKC1NjZW5lTWVtYmVyEhEKCWVudGl0eV9pZBgBIAEoDRIUCgxjbGllbnRfc3RhdGUYAiABKAkiNgoPUmVxdWVzdFJlamVjdGVkEhMKC2luX3JlcGx5X3RvGAEgASgNEg4KBnJlYXNvbhgCIAEoCSKJAQoQU2NlbmVDbGllbnRFdmVudBIQCghzY2VuZV9pZBgBIAEoCRIRCgllbnRpdHlfaWQYAiABKA0SLAoEa2luZBgDIAEoDjIeLnBsYXphLnYxLlNjZW5lQ2xpZW50RXZlbnRLaW5kEhQKDGNsaWVudF9zdGF0ZRgEIAEoCRIMCgR0aWNrGAUgASgEKmwKDE1vdmVtZW50S2luZBIWChJNT1ZFTUVOVF9LSU5EX0lETEUQABIWChJNT1ZFTUVOVF9LSU5EX1dBTEsQARIVChFNT1ZFTUVOVF9LSU5EX0pPRxACEhUKEU1PVkVNRU5UX0tJTkRfUlVOEAMqxAEKCEFuaW1GbGFnEhIKDkFOSU1fRkxBR19OT05FEAASFgoSQU5JTV9GTEFHX0dST1VOREVEEAESFQoRQU5JTV9GTEFHX0ZBTExJTkcQAhIXChNBTklNX0ZMQUdfTE9OR19KVU1QEAQSFwoTQU5JTV9GTEFHX0xPTkdfRkFMTBAIEhUKEUFOSU1fRkxBR19TVFVOTkVEEBASFQoRQU5JTV9GTEFHX1NMSURJTkcQIBIVChFBTklNX0ZMQUdfRU1PVElORxBAKo4BCgxSZXN5bmNSZWFzb24SHQoZUkVTWU5DX1JFQVNPTl9VTlNQRUNJRklFRBAAEh0KGVJFU1lOQ19SRUFTT05fQ0hBSU5fQlJFQUsQARIgChxSRVNZTkNfUkVBU09OX0NIRUNLX01JU01BVENIEAISHgoaUkVTWU5DX1JFQVNPTl9ERUNPREVfRVJST1IQAyqjAQoPSW50ZXJhY3Rpb25LaW5kEiAKHElOVEVSQUNUSU9OX0tJTkRfVU5TUEVDSUZJRUQQABIbChdJTlRFUkFDVElPTl9LSU5EX1BJQ0tVUBABEhoKFklOVEVSQUNUSU9OX0tJTkRfUExBQ0UQAhIaChZJTlRFUkFDVElPTl9LSU5EX1RIUk9XEAMSGQoVSU5URVJBQ1RJT05fS0lORF9EUk9QEAQqtwEKCUNvbnNlbnRPcBIaChZDT05TRU5UX09QX1VOU1BFQ0lGSUVEEAASFgoSQ09OU0VOVF9PUF9SRVFVRVNUEAESFgoSQ09OU0VOVF9PUF9DT05TRU5UEAISFgoSQ09OU0VOVF9PUF9ERUNMSU5FEAMSFwoTQ09OU0VOVF9PUF9BQ1RJVkFURRAEEhYKEkNPTlNFTlRfT1BfUkVMRUFTRRAFEhUKEUNPTlNFTlRfT1BfQ0FOQ0VMEAYqTQoHQmxvY2tPcBIYChRCTE9DS19PUF9VTlNQRUNJRklFRBAAEhIKDkJMT0NLX09QX0JMT0NLEAESFAoQQkxPQ0tfT1BfVU5CTE9DSxACKqUBCg5TY2VuZUNvbnRyb2xPcBIgChxTQ0VORV9DT05UUk9MX09QX1VOU1BFQ0lGSUVEEAASGQoVU0NFTkVfQ09OVFJPTF9PUF9KT0lOEAESGgoWU0NFTkVfQ09OVFJPTF9PUF9MRUFWRRACEh4KGlNDRU5FX0NPTlRST0xfT1BfQ0FVR0hUX1VQEAMSGgoWU0NFTkVfQ09OVFJPTF9PUF9TVEFURRAEKooBCg5Sb29tU3RhdHVzS2luZBIgChxST09NX1NUQVRVU19LSU5EX1VOU1BFQ0lGSUVEEAASGwoXUk9PTV9TVEFUVVNfS0lORF9NT1ZJTkcQARIZChVST09NX1NUQVRVU19LSU5EX0JBQ0sQAhIeChpST09NX1NUQVRVU19LSU5EX1JFQ09OTkVDVBADKkIKDENhcGFjaXR5VGllchIXChNDQVBBQ0lUWV9USUVSX0NMQVNTEAASGQoVQ0FQQUNJVFlfVElFUl9TVEFESVVNEAEqbAoPRGVzdGluYXRpb25LaW5kEiAKHERFU1RJTkFUSU9OX0tJTkRfVU5TUEVDSUZJRUQQABIaChZERVNUSU5BVElPTl9LSU5EX1NQQVdOEAESGwoXREVTVElOQVRJT05fS0lORF9QT1JUQUwQAirXAwoJRXJyb3JDb2RlEhoKFkVSUk9SX0NPREVfVU5TUEVDSUZJRUQQABIiCh5FUlJPUl9DT0RFX1VOU1VQUE9SVEVEX1ZFUlNJT04QARIYChRFUlJPUl9DT0RFX0JBRF9GUkFNRRACEh4KGkVSUk9SX0NPREVfRlJBTUVfVE9PX0xBUkdFEAMSGwoXRVJST1JfQ09ERV9SQVRFX0xJTUlURUQQBBIYChRFUlJPUl9DT0RFX1JPT01fRlVMTBAFEhMKD0VSUk9SX0NPREVfQVVUSBAGEhkKFUVSUk9SX0NPREVfTk9UX0pPSU5FRBAHEh0KGUVSUk9SX0NPREVfQUxSRUFEWV9KT0lORUQQCBIfChtFUlJPUl9DT0RFX1JPT01fVU5BVkFJTEFCTEUQCRIcChhFUlJPUl9DT0RFX0lOVkFMSURfSU5QVVQQChIcChhFUlJPUl9DT0RFX1NMT1dfQ09OU1VNRVIQCxIgChxFUlJPUl9DT0RFX0hBTkRTSEFLRV9USU1FT1VUEAwSGQoVRVJST1JfQ09ERV9HT0lOR19BV0FZEA0SFwoTRVJST1JfQ09ERV9JTlRFUk5BTBAOEhcKE0VSUk9SX0NPREVfUkVKRUNURUQQDyq2AgoMUmVqZWN0UmVhc29uEh0KGVJFSkVDVF9SRUFTT05fVU5TUEVDSUZJRUQQABIXChNSRUpFQ1RfUkVBU09OX1NQRUVEEAESHAoYUkVKRUNUX1JFQVNPTl9OT05fRklOSVRFEAISIQodUkVKRUNUX1JFQVNPTl9OT05fUE9TSVRJVkVfRFQQAxIfChtSRUpFQ1RfUkVBU09OX09VVF9PRl9CT1VORFMQBBIaChZSRUpFQ1RfUkVBU09OX1RFTEVQT1JUEAUSGQoVUkVKRUNUX1JFQVNPTl9CTE9DS0VEEAYSFwoTUkVKRUNUX1JFQVNPTl9DTE9DSxAHEhoKFlJFSkVDVF9SRUFTT05fQUlSQk9STkUQCBIgChxSRUpFQ1RfUkVBU09OX1VOS05PV05fRU5USVRZEAkqgwEKDVRlbGVwb3J0Q2F1c2USHgoaVEVMRVBPUlRfQ0FVU0VfVU5TUEVDSUZJRUQQABIaChZURUxFUE9SVF9DQVVTRV9SRVFVRVNUEAESGQoVVEVMRVBPUlRfQ0FVU0VfUE9SVEFMEAISGwoXVEVMRVBPUlRfQ0FVU0VfT1BFUkFUT1IQAyqKAwoUU2NlbmVDbGllbnRFdmVudEtpbmQSJwojU0NFTkVfQ0xJRU5UX0VWRU5UX0tJTkRfVU5TUEVDSUZJRUQQABIpCiVTQ0VORV9DTElFTlRfRVZFTlRfS0lORF9DTElFTlRfSk9JTkVEEAESKgomU0NFTkVfQ0xJRU5UX0VWRU5UX0tJTkRfQkVHSU5fQ0FUQ0hfVVAQAhIlCiFTQ0VORV9DTElFTlRfRVZFTlRfS0lORF9DQVVHSFRfVVAQAxInCiNTQ0VORV9DTElFTlRfRVZFTlRfS0lORF9DTElFTlRfTEVGVBAEEioKJlNDRU5FX0NMSUVOVF9FVkVOVF9LSU5EX01BU1RFUl9DSEFOR0VEEAUSKwonU0NFTkVfQ0xJRU5UX0VWRU5UX0tJTkRfU1RBVEVfUkVRVUVTVEVEEAYSJgoiU0NFTkVfQ0xJRU5UX0VWRU5UX0tJTkRfU1lOQ19SRVRSWRAHEiEKHVNDRU5FX0NMSUVOVF9FVkVOVF9LSU5EX0FMT05FEAhiBnByb3RvMw");
+  fileDesc("ChVwbGF6YS92MS9jbGllbnQucHJvdG8SCHBsYXphLnYxIi8KD1Byb3RvY29sVmVyc2lvbhINCgVtYWpvchgBIAEoDRINCgVtaW5vchgCIAEoDSLZBgoOQ2xpZW50RW52ZWxvcGUSEgoKc2Vzc2lvbl9pZBgBIAEoBBIQCghzZXF1ZW5jZRgCIAEoDRISCgpzZW50X2F0X21zGAMgASgEEigKCW5lZ290aWF0ZRgKIAEoCzITLnBsYXphLnYxLk5lZ290aWF0ZUgAEh4KBGpvaW4YCyABKAsyDi5wbGF6YS52MS5Kb2luSAASIAoFbGVhdmUYDCABKAsyDy5wbGF6YS52MS5MZWF2ZUgAEiYKCG1vdmVtZW50GA0gASgLMhIucGxhemEudjEuTW92ZW1lbnRIABIeCgRwaW5nGA4gASgLMg4ucGxhemEudjEuUGluZ0gAEiIKBnJlc3luYxgPIAEoCzIQLnBsYXphLnYxLlJlc3luY0gAEjsKE21vdmVtZW50X2NvbXByZXNzZWQYECABKAsyHC5wbGF6YS52MS5Nb3ZlbWVudENvbXByZXNzZWRIABIsCgtpbnRlcmFjdGlvbhgRIAEoCzIVLnBsYXphLnYxLkludGVyYWN0aW9uSAASKgoHY29uc2VudBgSIAEoCzIXLnBsYXphLnYxLkNvbnNlbnRBY3Rpb25IABIgCgVlbW90ZRgTIAEoCzIPLnBsYXphLnYxLkVtb3RlSAASLQoMc2NlbmVfYWN0aW9uGBQgASgLMhUucGxhemEudjEuU2NlbmVBY3Rpb25IABIvCg1zY2VuZV9jb250cm9sGBUgASgLMhYucGxhemEudjEuU2NlbmVDb250cm9sSAASLQoIdGVsZXBvcnQYFiABKAsyGS5wbGF6YS52MS5UZWxlcG9ydFJlcXVlc3RIABImCgVibG9jaxgXIAEoCzIVLnBsYXphLnYxLkJsb2NrQWN0aW9uSAASMQoOcGVyc29uYWxfc3BhY2UYGCABKAsyFy5wbGF6YS52MS5QZXJzb25hbFNwYWNlSAASKgoKZXhwcmVzc2lvbhgZIAEoCzIULnBsYXphLnYxLkV4cHJlc3Npb25IABIwCgdwcm9maWxlGBogASgLMh0ucGxhemEudjEuUHJvZmlsZUFubm91bmNlbWVudEgAEiwKCG9wZXJhdG9yGBsgASgLMhgucGxhemEudjEuT3BlcmF0b3JBY3Rpb25IAEIGCgRib2R5IkkKDk9wZXJhdG9yQWN0aW9uEiAKAm9wGAEgASgOMhQucGxhemEudjEuT3BlcmF0b3JPcBIVCg10YXJnZXRfd2FsbGV0GAIgASgJIncKCU5lZ290aWF0ZRIrCgh2ZXJzaW9ucxgBIAMoCzIZLnBsYXphLnYxLlByb3RvY29sVmVyc2lvbhISCgphdXRoX3Rva2VuGAIgASgJEhQKDHJlc3VtZV90b2tlbhgDIAEoCRITCgtjbGllbnRfbmFtZRgEIAEoCSIXCgRKb2luEg8KB3Jvb21faWQYASABKAkiBwoFTGVhdmUiJwoEVmVjMxIJCgF4GAEgASgCEgkKAXkYAiABKAISCQoBehgDIAEoAiL/AgoITW92ZW1lbnQSIAoIcG9zaXRpb24YASABKAsyDi5wbGF6YS52MS5WZWMzEiAKCHZlbG9jaXR5GAIgASgLMg4ucGxhemEudjEuVmVjMxISCgpyb3RhdGlvbl95GAMgASgCEi0KDW1vdmVtZW50X2tpbmQYBCABKA4yFi5wbGF6YS52MS5Nb3ZlbWVudEtpbmQSEgoKYW5pbV9mbGFncxgFIAEoDRIbChNoZWFkX2lrX3lhd19lbmFibGVkGAYgASgIEh0KFWhlYWRfaWtfcGl0Y2hfZW5hYmxlZBgHIAEoCBIQCghoZWFkX3lhdxgIIAEoAhISCgpoZWFkX3BpdGNoGAkgASgCEhYKDmlzX3BvaW50aW5nX2F0GAogASgIEiAKCHBvaW50X2F0GAsgASgLMg4ucGxhemEudjEuVmVjMxISCgppc19pbnN0YW50GAwgASgIEhEKCXRpbWVzdGFtcBgNIAEoARIVCg12ZWxvY2l0eV90aWVyGA4gASgNInEKEk1vdmVtZW50Q29tcHJlc3NlZBIVCg10ZW1wb3JhbF9kYXRhGAEgASgHEhUKDW1vdmVtZW50X2RhdGEYAiABKAYSFgoOaGVhZF9zeW5jX2RhdGEYAyABKAcSFQoNcG9pbnRfYXRfZGF0YRgEIAEoByIeCgRQaW5nEhYKDmNsaWVudF90aW1lX21zGAEgASgEIkgKBlJlc3luYxIWCg5sYXN0X2ZyYW1lX3NlcRgBIAEoDRImCgZyZWFzb24YAiABKA4yFi5wbGF6YS52MS5SZXN5bmNSZWFzb24inAEKC0ludGVyYWN0aW9uEicKBGtpbmQYASABKA4yGS5wbGF6YS52MS5JbnRlcmFjdGlvbktpbmQSDwoHcHJvcF9pZBgCIAEoDRIgCghwb3NpdGlvbhgDIAEoCzIOLnBsYXphLnYxLlZlYzMSIAoIdmVsb2NpdHkYBCABKAsyDi5wbGF6YS52MS5WZWMzEg8KB3Jvb21faWQYBSABKAkiaQoNQ29uc2VudEFjdGlvbhIfCgJvcBgBIAEoDjITLnBsYXphLnYxLkNvbnNlbnRPcBIMCgRraW5kGAIgASgJEhUKDXRhcmdldF9lbnRpdHkYAyABKA0SEgoKY29uc2VudF9pZBgEIAEoBCI9CgVFbW90ZRIQCghlbW90ZV9pZBgBIAEoCRIUCgx0aW1lc3RhbXBfbXMYAiABKAQSDAoEc3RvcBgDIAEoCCImCg9UZWxlcG9ydFJlcXVlc3QSEwoLZGVzdGluYXRpb24YASABKAkiWgoLQmxvY2tBY3Rpb24SHQoCb3AYASABKA4yES5wbGF6YS52MS5CbG9ja09wEhUKDXRhcmdldF9lbnRpdHkYAiABKA0SFQoNdGFyZ2V0X3dhbGxldBgDIAEoCSIhCg1QZXJzb25hbFNwYWNlEhAKCHJhZGl1c19tGAEgASgCIjkKCkV4cHJlc3Npb24SFQoNZXhwcmVzc2lvbl9pZBgBIAEoDRIUCgxpbnRlbnNpdHlfYnAYAiABKA0iPAoTUHJvZmlsZUFubm91bmNlbWVudBIPCgd2ZXJzaW9uGAEgASgEEhQKDGRpc3BsYXlfbmFtZRgCIAEoCSIwCgtTY2VuZUFjdGlvbhIQCghzY2VuZV9pZBgBIAEoCRIPCgdwYXlsb2FkGAIgASgMImgKDFNjZW5lQ29udHJvbBIQCghzY2VuZV9pZBgBIAEoCRIkCgJvcBgCIAEoDjIYLnBsYXphLnYxLlNjZW5lQ29udHJvbE9wEgwKBHRpY2sYAyABKAQSEgoKZ2FtZV9zdGF0ZRgEIAEoDCKFBAoOU2VydmVyRW52ZWxvcGUSEAoIc2VxdWVuY2UYASABKA0SEgoKc2VudF9hdF9tcxgCIAEoBBIqCgpuZWdvdGlhdGVkGAogASgLMhQucGxhemEudjEuTmVnb3RpYXRlZEgAEiIKBmpvaW5lZBgLIAEoCzIQLnBsYXphLnYxLkpvaW5lZEgAEjEKDnNuYXBzaG90X2ZyYW1lGAwgASgLMhcucGxhemEudjEuU25hcHNob3RGcmFtZUgAEiAKBWVycm9yGA0gASgLMg8ucGxhemEudjEuRXJyb3JIABIeCgRwb25nGA4gASgLMg4ucGxhemEudjEuUG9uZ0gAEioKCmNvcnJlY3Rpb24YDyABKAsyFC5wbGF6YS52MS5Db3JyZWN0aW9uSAASIAoFZXZlbnQYECABKAsyDy5wbGF6YS52MS5FdmVudEgAEh4KBGxlZnQYESABKAsyDi5wbGF6YS52MS5MZWZ0SAASMAoLZXhwcmVzc2lvbnMYEiABKAsyGS5wbGF6YS52MS5FeHByZXNzaW9uRnJhbWVIABIrCgtyb29tX3N0YXR1cxgTIAEoCzIULnBsYXphLnYxLlJvb21TdGF0dXNIABIzCg9vcGVyYXRvcl9yZXN1bHQYFCABKAsyGC5wbGF6YS52MS5PcGVyYXRvclJlc3VsdEgAQgYKBGJvZHkiegoOT3BlcmF0b3JSZXN1bHQSEwoLaW5fcmVwbHlfdG8YASABKA0SIAoCb3AYAiABKA4yFC5wbGF6YS52MS5PcGVyYXRvck9wEhUKDXRhcmdldF93YWxsZXQYAyABKAkSCgoCb2sYBCABKAgSDgoGcmVhc29uGAUgASgJImEKClJvb21TdGF0dXMSDwoHcm9vbV9pZBgBIAEoCRImCgRraW5kGAIgASgOMhgucGxhemEudjEuUm9vbVN0YXR1c0tpbmQSGgoScmVjb25uZWN0X2FmdGVyX21zGAMgASgNIpQBCgpOZWdvdGlhdGVkEioKB3ZlcnNpb24YASABKAsyGS5wbGF6YS52MS5Qcm90b2NvbFZlcnNpb24SEgoKc2Vzc2lvbl9pZBgCIAEoBBIOCgZ3YWxsZXQYAyABKAkSFAoMcmVzdW1lX3Rva2VuGAQgASgJEiAKBmxpbWl0cxgFIAEoCzIQLnBsYXphLnYxLkxpbWl0cyJvCgZMaW1pdHMSFwoPbWF4X2ZyYW1lX2J5dGVzGAEgASgNEhcKD21heF9tb3ZlbWVudF9oehgCIAEoDRIYChBtYXhfZXZlbnRzX3Blcl9zGAMgASgNEhkKEW1heF9leHByZXNzaW9uX2h6GAQgASgNIvcBCgZKb2luZWQSDwoHcm9vbV9pZBgBIAEoCRIRCgllbnRpdHlfaWQYAiABKA0SDwoHdGlja19oehgDIAEoDRIUCgxicm9hZGNhc3RfaHoYBCABKA0SLQoNY2FwYWNpdHlfdGllchgFIAEoDjIWLnBsYXphLnYxLkNhcGFjaXR5VGllchIUCgxpbnRlcmVzdF9jYXAYBiABKA0SIAoIcG9zaXRpb24YByABKAsyDi5wbGF6YS52MS5WZWMzEicKBHJvb20YCCABKAsyGS5wbGF6YS52MS5Sb29tRGVzY3JpcHRpb24SEgoKcm90YXRpb25feRgJIAEoAiL+AgoPUm9vbURlc2NyaXB0aW9uEiIKCmJvdW5kc19taW4YASABKAsyDi5wbGF6YS52MS5WZWMzEiIKCmJvdW5kc19tYXgYAiABKAsyDi5wbGF6YS52MS5WZWMzEhAKCGdyb3VuZF95GAMgASgCEiUKCWNlbGxfZ3JpZBgEIAEoCzISLnBsYXphLnYxLkNlbGxHcmlkEisKDGRlc3RpbmF0aW9ucxgFIAMoCzIVLnBsYXphLnYxLkRlc3RpbmF0aW9uEigKBmxpbWl0cxgGIAEoCzIYLnBsYXphLnYxLk1vdmVtZW50TGltaXRzEhMKC21heF9tZW1iZXJzGAcgASgNEhoKEmJ1ZGdldF9ieXRlc19wZXJfcxgIIAEoDRIVCg1leHByZXNzaW9uX2h6GAkgASgNEhIKCmRlZmluaXRpb24YCiABKAkSHQoVY2Fwc3VsZV9oYWxmX2hlaWdodF9tGAsgASgCEhgKEGNhcHN1bGVfcmFkaXVzX20YDCABKAIiWwoIQ2VsbEdyaWQSEwoLY2VsbF9zaXplX20YASABKAISDQoFbWluX3gYAiABKAUSDQoFbWluX3oYAyABKAUSDQoFd2lkdGgYBCABKA0SDQoFZGVwdGgYBSABKA0isQEKC0Rlc3RpbmF0aW9uEgwKBG5hbWUYASABKAkSJwoEa2luZBgCIAEoDjIZLnBsYXphLnYxLkRlc3RpbmF0aW9uS2luZBIgCghwb3NpdGlvbhgDIAEoCzIOLnBsYXphLnYxLlZlYzMSEgoKcm90YXRpb25feRgEIAEoAhIQCghyYWRpdXNfbRgFIAEoAhIOCgZ0YXJnZXQYBiABKAkSEwoLcmVxdWVzdGFibGUYByABKAgimAEKDk1vdmVtZW50TGltaXRzEhUKDW1heF9zcGVlZF9tcHMYASABKAISGwoTdGVsZXBvcnRfZGlzdGFuY2VfbRgCIAEoAhIZChFjbG9ja190b2xlcmFuY2VfcxgDIAEoAhIXCg9zcGVlZF90b2xlcmFuY2UYBCABKAISHgoWbWF4X3ZlcnRpY2FsX3NwZWVkX21wcxgFIAEoAiIXCgRMZWZ0Eg8KB3Jvb21faWQYASABKAkiHgoNU25hcHNob3RGcmFtZRINCgVmcmFtZRgBIAEoDCKaAQoFRXJyb3ISIQoEY29kZRgBIAEoDjITLnBsYXphLnYxLkVycm9yQ29kZRIPCgdtZXNzYWdlGAIgASgJEjUKEnN1cHBvcnRlZF92ZXJzaW9ucxgDIAMoCzIZLnBsYXphLnYxLlByb3RvY29sVmVyc2lvbhIRCglyZXRyeWFibGUYBCABKAgSEwoLaW5fcmVwbHlfdG8YBSABKA0iNgoEUG9uZxIWCg5jbGllbnRfdGltZV9tcxgBIAEoBBIWCg5zZXJ2ZXJfdGltZV9tcxgCIAEoBCKpAQoKQ29ycmVjdGlvbhImCgZyZWFzb24YASABKA4yFi5wbGF6YS52MS5SZWplY3RSZWFzb24SIAoIcG9zaXRpb24YAiABKAsyDi5wbGF6YS52MS5WZWMzEiAKCHZlbG9jaXR5GAMgASgLMg4ucGxhemEudjEuVmVjMxISCgpyb3RhdGlvbl95GAQgASgCEhsKE2xhc3RfaW5wdXRfc2VxdWVuY2UYBSABKA0izgMKBUV2ZW50EhAKCHJvb21fc2VxGAEgASgEEiMKBHByb3AYCiABKAsyEy5wbGF6YS52MS5Qcm9wRXZlbnRIABIpCgdjb25zZW50GAsgASgLMhYucGxhemEudjEuQ29uc2VudEV2ZW50SAASJQoFZW1vdGUYDCABKAsyFC5wbGF6YS52MS5FbW90ZUV2ZW50SAASKQoKc2NlbmVfdGljaxgNIAEoCzITLnBsYXphLnYxLlNjZW5lVGlja0gAEikKCnNjZW5lX3N5bmMYDiABKAsyEy5wbGF6YS52MS5TY2VuZVN5bmNIABItCghyZWplY3RlZBgPIAEoCzIZLnBsYXphLnYxLlJlcXVlc3RSZWplY3RlZEgAEjIKDHNjZW5lX2NsaWVudBgQIAEoCzIaLnBsYXphLnYxLlNjZW5lQ2xpZW50RXZlbnRIABIoCgZyb3N0ZXIYESABKAsyFi5wbGF6YS52MS5Sb3N0ZXJVcGRhdGVIABIqCgp0ZWxlcG9ydGVkGBIgASgLMhQucGxhemEudjEuVGVsZXBvcnRlZEgAEiUKBWJsb2NrGBMgASgLMhQucGxhemEudjEuQmxvY2tFdmVudEgAQgYKBGtpbmQiXwoLUm9zdGVyRW50cnkSEQoJZW50aXR5X2lkGAEgASgNEg4KBndhbGxldBgCIAEoCRIUCgxkaXNwbGF5X25hbWUYAyABKAkSFwoPcHJvZmlsZV92ZXJzaW9uGAQgASgEIlUKDFJvc3RlclVwZGF0ZRIMCgRmdWxsGAEgASgIEiYKB3Vwc2VydHMYAiADKAsyFS5wbGF6YS52MS5Sb3N0ZXJFbnRyeRIPCgdyZW1vdmVkGAMgAygNIq8BCgpUZWxlcG9ydGVkEhEKCWVudGl0eV9pZBgBIAEoDRIgCghwb3NpdGlvbhgCIAEoCzIOLnBsYXphLnYxLlZlYzMSEgoKcm90YXRpb25feRgDIAEoAhITCgtkZXN0aW5hdGlvbhgEIAEoCRImCgVjYXVzZRgFIAEoDjIXLnBsYXphLnYxLlRlbGVwb3J0Q2F1c2USGwoTbGFzdF9pbnB1dF9zZXF1ZW5jZRgGIAEoDSJLCgpCbG9ja0V2ZW50EhUKDXRhcmdldF93YWxsZXQYASABKAkSFQoNdGFyZ2V0X2VudGl0eRgCIAEoDRIPCgdibG9ja2VkGAMgASgIIlEKD0V4cHJlc3Npb25TdGF0ZRIRCgllbnRpdHlfaWQYASABKA0SFQoNZXhwcmVzc2lvbl9pZBgCIAEoDRIUCgxpbnRlbnNpdHlfYnAYAyABKA0iWAoPRXhwcmVzc2lvbkZyYW1lEgwKBHRpY2sYASABKAQSDAoEZnVsbBgCIAEoCBIpCgZzdGF0ZXMYAyADKAsyGS5wbGF6YS52MS5FeHByZXNzaW9uU3RhdGUikAEKCVByb3BFdmVudBIPCgdwcm9wX2lkGAEgASgNEhUKDWhvbGRlcl9lbnRpdHkYAiABKA0SEAoIcmV2aXNpb24YAyABKAQSJwoEa2luZBgEIAEoDjIZLnBsYXphLnYxLkludGVyYWN0aW9uS2luZBIgCghwb3NpdGlvbhgFIAEoCzIOLnBsYXphLnYxLlZlYzMicAoMQ29uc2VudEV2ZW50EhIKCmNvbnNlbnRfaWQYASABKAQSDAoEa2luZBgCIAEoCRIYChByZXF1ZXN0ZXJfZW50aXR5GAMgASgNEhUKDXRhcmdldF9lbnRpdHkYBCABKA0SDQoFc3RhdGUYBSABKAkifgoKRW1vdGVFdmVudBIRCgllbnRpdHlfaWQYASABKA0SEAoIZW1vdGVfaWQYAiABKAkSDAoEc3RvcBgDIAEoCBIUCgx0aW1lc3RhbXBfbXMYBCABKAQSEwoLaW5fcHJvZ3Jlc3MYBSABKAgSEgoKZWxhcHNlZF9tcxgGIAEoBCJYCglTY2VuZVRpY2sSEAoIc2NlbmVfaWQYASABKAkSDAoEdGljaxgCIAEoBBIrCgdhY3Rpb25zGAMgAygLMhoucGxhemEudjEuU2NlbmVBY3Rpb25FbnRyeSI2ChBTY2VuZUFjdGlvbkVudHJ5EhEKCWVudGl0eV9pZBgBIAEoDRIPCgdwYXlsb2FkGAIgASgMIpQBCglTY2VuZVN5bmMSEAoIc2NlbmVfaWQYASABKAkSDAoEdGljaxgCIAEoBBISCgpnYW1lX3N0YXRlGAMgASgMEhQKDGNsaWVudF9zdGF0ZRgEIAEoCRImCgdtZW1iZXJzGAUgAygLMhUucGxhemEudjEuU2NlbmVNZW1iZXISFQoNbWFzdGVyX2VudGl0eRgGIAEoDSI2CgtTY2VuZU1lbWJlchIRCgllbnRpdHlfaWQYASABKA0SFAoMY2xpZW50X3N0YXRlGAIgASgJIjYKD1JlcXVlc3RSZWplY3RlZBITCgtpbl9yZXBseV90bxgBIAEoDRIOCgZyZWFzb24YAiABKAkiiQEKEFNjZW5lQ2xpZW50RXZlbnQSEAoIc2NlbmVfaWQYASABKAkSEQoJZW50aXR5X2lkGAIgASgNEiwKBGtpbmQYAyABKA4yHi5wbGF6YS52MS5TY2VuZUNsaWVudEV2ZW50S2luZBIUCgxjbGllbnRfc3RhdGUYBCABKAkSDAoEdGljaxgFIAEoBCqJAQoKT3BlcmF0b3JPcBIbChdPUEVSQVRPUl9PUF9VTlNQRUNJRklFRBAAEhQKEE9QRVJBVE9SX09QX0tJQ0sQARIUChBPUEVSQVRPUl9PUF9NVVRFEAISFgoST1BFUkFUT1JfT1BfVU5NVVRFEAMSGgoWT1BFUkFUT1JfT1BfQ0xPU0VfUk9PTRAEKmwKDE1vdmVtZW50S2luZBIWChJNT1ZFTUVOVF9LSU5EX0lETEUQABIWChJNT1ZFTUVOVF9LSU5EX1dBTEsQARIVChFNT1ZFTUVOVF9LSU5EX0pPRxACEhUKEU1PVkVNRU5UX0tJTkRfUlVOEAMqxAEKCEFuaW1GbGFnEhIKDkFOSU1fRkxBR19OT05FEAASFgoSQU5JTV9GTEFHX0dST1VOREVEEAESFQoRQU5JTV9GTEFHX0ZBTExJTkcQAhIXChNBTklNX0ZMQUdfTE9OR19KVU1QEAQSFwoTQU5JTV9GTEFHX0xPTkdfRkFMTBAIEhUKEUFOSU1fRkxBR19TVFVOTkVEEBASFQoRQU5JTV9GTEFHX1NMSURJTkcQIBIVChFBTklNX0ZMQUdfRU1PVElORxBAKo4BCgxSZXN5bmNSZWFzb24SHQoZUkVTWU5DX1JFQVNPTl9VTlNQRUNJRklFRBAAEh0KGVJFU1lOQ19SRUFTT05fQ0hBSU5fQlJFQUsQARIgChxSRVNZTkNfUkVBU09OX0NIRUNLX01JU01BVENIEAISHgoaUkVTWU5DX1JFQVNPTl9ERUNPREVfRVJST1IQAyqjAQoPSW50ZXJhY3Rpb25LaW5kEiAKHElOVEVSQUNUSU9OX0tJTkRfVU5TUEVDSUZJRUQQABIbChdJTlRFUkFDVElPTl9LSU5EX1BJQ0tVUBABEhoKFklOVEVSQUNUSU9OX0tJTkRfUExBQ0UQAhIaChZJTlRFUkFDVElPTl9LSU5EX1RIUk9XEAMSGQoVSU5URVJBQ1RJT05fS0lORF9EUk9QEAQqtwEKCUNvbnNlbnRPcBIaChZDT05TRU5UX09QX1VOU1BFQ0lGSUVEEAASFgoSQ09OU0VOVF9PUF9SRVFVRVNUEAESFgoSQ09OU0VOVF9PUF9DT05TRU5UEAISFgoSQ09OU0VOVF9PUF9ERUNMSU5FEAMSFwoTQ09OU0VOVF9PUF9BQ1RJVkFURRAEEhYKEkNPTlNFTlRfT1BfUkVMRUFTRRAFEhUKEUNPTlNFTlRfT1BfQ0FOQ0VMEAYqTQoHQmxvY2tPcBIYChRCTE9DS19PUF9VTlNQRUNJRklFRBAAEhIKDkJMT0NLX09QX0JMT0NLEAESFAoQQkxPQ0tfT1BfVU5CTE9DSxACKqUBCg5TY2VuZUNvbnRyb2xPcBIgChxTQ0VORV9DT05UUk9MX09QX1VOU1BFQ0lGSUVEEAASGQoVU0NFTkVfQ09OVFJPTF9PUF9KT0lOEAESGgoWU0NFTkVfQ09OVFJPTF9PUF9MRUFWRRACEh4KGlNDRU5FX0NPTlRST0xfT1BfQ0FVR0hUX1VQEAMSGgoWU0NFTkVfQ09OVFJPTF9PUF9TVEFURRAEKooBCg5Sb29tU3RhdHVzS2luZBIgChxST09NX1NUQVRVU19LSU5EX1VOU1BFQ0lGSUVEEAASGwoXUk9PTV9TVEFUVVNfS0lORF9NT1ZJTkcQARIZChVST09NX1NUQVRVU19LSU5EX0JBQ0sQAhIeChpST09NX1NUQVRVU19LSU5EX1JFQ09OTkVDVBADKkIKDENhcGFjaXR5VGllchIXChNDQVBBQ0lUWV9USUVSX0NMQVNTEAASGQoVQ0FQQUNJVFlfVElFUl9TVEFESVVNEAEqbAoPRGVzdGluYXRpb25LaW5kEiAKHERFU1RJTkFUSU9OX0tJTkRfVU5TUEVDSUZJRUQQABIaChZERVNUSU5BVElPTl9LSU5EX1NQQVdOEAESGwoXREVTVElOQVRJT05fS0lORF9QT1JUQUwQAirXAwoJRXJyb3JDb2RlEhoKFkVSUk9SX0NPREVfVU5TUEVDSUZJRUQQABIiCh5FUlJPUl9DT0RFX1VOU1VQUE9SVEVEX1ZFUlNJT04QARIYChRFUlJPUl9DT0RFX0JBRF9GUkFNRRACEh4KGkVSUk9SX0NPREVfRlJBTUVfVE9PX0xBUkdFEAMSGwoXRVJST1JfQ09ERV9SQVRFX0xJTUlURUQQBBIYChRFUlJPUl9DT0RFX1JPT01fRlVMTBAFEhMKD0VSUk9SX0NPREVfQVVUSBAGEhkKFUVSUk9SX0NPREVfTk9UX0pPSU5FRBAHEh0KGUVSUk9SX0NPREVfQUxSRUFEWV9KT0lORUQQCBIfChtFUlJPUl9DT0RFX1JPT01fVU5BVkFJTEFCTEUQCRIcChhFUlJPUl9DT0RFX0lOVkFMSURfSU5QVVQQChIcChhFUlJPUl9DT0RFX1NMT1dfQ09OU1VNRVIQCxIgChxFUlJPUl9DT0RFX0hBTkRTSEFLRV9USU1FT1VUEAwSGQoVRVJST1JfQ09ERV9HT0lOR19BV0FZEA0SFwoTRVJST1JfQ09ERV9JTlRFUk5BTBAOEhcKE0VSUk9SX0NPREVfUkVKRUNURUQQDyq2AgoMUmVqZWN0UmVhc29uEh0KGVJFSkVDVF9SRUFTT05fVU5TUEVDSUZJRUQQABIXChNSRUpFQ1RfUkVBU09OX1NQRUVEEAESHAoYUkVKRUNUX1JFQVNPTl9OT05fRklOSVRFEAISIQodUkVKRUNUX1JFQVNPTl9OT05fUE9TSVRJVkVfRFQQAxIfChtSRUpFQ1RfUkVBU09OX09VVF9PRl9CT1VORFMQBBIaChZSRUpFQ1RfUkVBU09OX1RFTEVQT1JUEAUSGQoVUkVKRUNUX1JFQVNPTl9CTE9DS0VEEAYSFwoTUkVKRUNUX1JFQVNPTl9DTE9DSxAHEhoKFlJFSkVDVF9SRUFTT05fQUlSQk9STkUQCBIgChxSRUpFQ1RfUkVBU09OX1VOS05PV05fRU5USVRZEAkqgwEKDVRlbGVwb3J0Q2F1c2USHgoaVEVMRVBPUlRfQ0FVU0VfVU5TUEVDSUZJRUQQABIaChZURUxFUE9SVF9DQVVTRV9SRVFVRVNUEAESGQoVVEVMRVBPUlRfQ0FVU0VfUE9SVEFMEAISGwoXVEVMRVBPUlRfQ0FVU0VfT1BFUkFUT1IQAyqKAwoUU2NlbmVDbGllbnRFdmVudEtpbmQSJwojU0NFTkVfQ0xJRU5UX0VWRU5UX0tJTkRfVU5TUEVDSUZJRUQQABIpCiVTQ0VORV9DTElFTlRfRVZFTlRfS0lORF9DTElFTlRfSk9JTkVEEAESKgomU0NFTkVfQ0xJRU5UX0VWRU5UX0tJTkRfQkVHSU5fQ0FUQ0hfVVAQAhIlCiFTQ0VORV9DTElFTlRfRVZFTlRfS0lORF9DQVVHSFRfVVAQAxInCiNTQ0VORV9DTElFTlRfRVZFTlRfS0lORF9DTElFTlRfTEVGVBAEEioKJlNDRU5FX0NMSUVOVF9FVkVOVF9LSU5EX01BU1RFUl9DSEFOR0VEEAUSKwonU0NFTkVfQ0xJRU5UX0VWRU5UX0tJTkRfU1RBVEVfUkVRVUVTVEVEEAYSJgoiU0NFTkVfQ0xJRU5UX0VWRU5UX0tJTkRfU1lOQ19SRVRSWRAHEiEKHVNDRU5FX0NMSUVOVF9FVkVOVF9LSU5EX0FMT05FEAhiBnByb3RvMw");
 
 /**
  * A protocol version. Negotiation picks the highest version both sides list.
@@ -183,6 +183,14 @@ export type ClientEnvelope = Message<"plaza.v1.ClientEnvelope"> & {
      */
     value: ProfileAnnouncement;
     case: "profile";
+  } | {
+    /**
+     * A moderator's action on the room or one of its members (operator sessions only).
+     *
+     * @generated from field: plaza.v1.OperatorAction operator = 27;
+     */
+    value: OperatorAction;
+    case: "operator";
   } | { case: undefined; value?: undefined };
 };
 
@@ -192,6 +200,35 @@ export type ClientEnvelope = Message<"plaza.v1.ClientEnvelope"> & {
  */
 export const ClientEnvelopeSchema: GenMessage<ClientEnvelope> = /*@__PURE__*/
   messageDesc(file_plaza_v1_client, 1);
+
+/**
+ * A moderator's action in the room the session is in. Only a session whose identity has the
+ * operator role (a JWT with the `auth.role_claim` naming "operator") may send it; any other
+ * session is answered OperatorResult{ok: false, reason: "not_operator"}. Every one, allowed or
+ * not, is audited. Answered with an OperatorResult.
+ *
+ * @generated from message plaza.v1.OperatorAction
+ */
+export type OperatorAction = Message<"plaza.v1.OperatorAction"> & {
+  /**
+   * @generated from field: plaza.v1.OperatorOp op = 1;
+   */
+  op: OperatorOp;
+
+  /**
+   * The member acted on (KICK, MUTE, UNMUTE), by wallet (from the roster); empty for CLOSE_ROOM.
+   *
+   * @generated from field: string target_wallet = 2;
+   */
+  targetWallet: string;
+};
+
+/**
+ * Describes the message plaza.v1.OperatorAction.
+ * Use `create(OperatorActionSchema)` to create a new message.
+ */
+export const OperatorActionSchema: GenMessage<OperatorAction> = /*@__PURE__*/
+  messageDesc(file_plaza_v1_client, 2);
 
 /**
  * First message of every connection.
@@ -233,7 +270,7 @@ export type Negotiate = Message<"plaza.v1.Negotiate"> & {
  * Use `create(NegotiateSchema)` to create a new message.
  */
 export const NegotiateSchema: GenMessage<Negotiate> = /*@__PURE__*/
-  messageDesc(file_plaza_v1_client, 2);
+  messageDesc(file_plaza_v1_client, 3);
 
 /**
  * @generated from message plaza.v1.Join
@@ -250,7 +287,7 @@ export type Join = Message<"plaza.v1.Join"> & {
  * Use `create(JoinSchema)` to create a new message.
  */
 export const JoinSchema: GenMessage<Join> = /*@__PURE__*/
-  messageDesc(file_plaza_v1_client, 3);
+  messageDesc(file_plaza_v1_client, 4);
 
 /**
  * @generated from message plaza.v1.Leave
@@ -263,7 +300,7 @@ export type Leave = Message<"plaza.v1.Leave"> & {
  * Use `create(LeaveSchema)` to create a new message.
  */
 export const LeaveSchema: GenMessage<Leave> = /*@__PURE__*/
-  messageDesc(file_plaza_v1_client, 4);
+  messageDesc(file_plaza_v1_client, 5);
 
 /**
  * @generated from message plaza.v1.Vec3
@@ -290,7 +327,7 @@ export type Vec3 = Message<"plaza.v1.Vec3"> & {
  * Use `create(Vec3Schema)` to create a new message.
  */
 export const Vec3Schema: GenMessage<Vec3> = /*@__PURE__*/
-  messageDesc(file_plaza_v1_client, 5);
+  messageDesc(file_plaza_v1_client, 6);
 
 /**
  * The seed's movement message: what the client's character did, in world units.
@@ -380,7 +417,7 @@ export type Movement = Message<"plaza.v1.Movement"> & {
  * Use `create(MovementSchema)` to create a new message.
  */
 export const MovementSchema: GenMessage<Movement> = /*@__PURE__*/
-  messageDesc(file_plaza_v1_client, 6);
+  messageDesc(file_plaza_v1_client, 7);
 
 /**
  * The seed's 160-bit compressed movement message.
@@ -414,7 +451,7 @@ export type MovementCompressed = Message<"plaza.v1.MovementCompressed"> & {
  * Use `create(MovementCompressedSchema)` to create a new message.
  */
 export const MovementCompressedSchema: GenMessage<MovementCompressed> = /*@__PURE__*/
-  messageDesc(file_plaza_v1_client, 7);
+  messageDesc(file_plaza_v1_client, 8);
 
 /**
  * @generated from message plaza.v1.Ping
@@ -431,7 +468,7 @@ export type Ping = Message<"plaza.v1.Ping"> & {
  * Use `create(PingSchema)` to create a new message.
  */
 export const PingSchema: GenMessage<Ping> = /*@__PURE__*/
-  messageDesc(file_plaza_v1_client, 8);
+  messageDesc(file_plaza_v1_client, 9);
 
 /**
  * Ask for a keyframe: the client found a chain break or a check mismatch.
@@ -455,7 +492,7 @@ export type Resync = Message<"plaza.v1.Resync"> & {
  * Use `create(ResyncSchema)` to create a new message.
  */
 export const ResyncSchema: GenMessage<Resync> = /*@__PURE__*/
-  messageDesc(file_plaza_v1_client, 9);
+  messageDesc(file_plaza_v1_client, 10);
 
 /**
  * prop_id is the prop's definition id; in snapshot frames the prop is entity
@@ -502,7 +539,7 @@ export type Interaction = Message<"plaza.v1.Interaction"> & {
  * Use `create(InteractionSchema)` to create a new message.
  */
 export const InteractionSchema: GenMessage<Interaction> = /*@__PURE__*/
-  messageDesc(file_plaza_v1_client, 10);
+  messageDesc(file_plaza_v1_client, 11);
 
 /**
  * @generated from message plaza.v1.ConsentAction
@@ -540,7 +577,7 @@ export type ConsentAction = Message<"plaza.v1.ConsentAction"> & {
  * Use `create(ConsentActionSchema)` to create a new message.
  */
 export const ConsentActionSchema: GenMessage<ConsentAction> = /*@__PURE__*/
-  messageDesc(file_plaza_v1_client, 11);
+  messageDesc(file_plaza_v1_client, 12);
 
 /**
  * @generated from message plaza.v1.Emote
@@ -571,7 +608,7 @@ export type Emote = Message<"plaza.v1.Emote"> & {
  * Use `create(EmoteSchema)` to create a new message.
  */
 export const EmoteSchema: GenMessage<Emote> = /*@__PURE__*/
-  messageDesc(file_plaza_v1_client, 12);
+  messageDesc(file_plaza_v1_client, 13);
 
 /**
  * A client asks the room to move its avatar to `destination`, the name of one of the
@@ -594,7 +631,7 @@ export type TeleportRequest = Message<"plaza.v1.TeleportRequest"> & {
  * Use `create(TeleportRequestSchema)` to create a new message.
  */
 export const TeleportRequestSchema: GenMessage<TeleportRequest> = /*@__PURE__*/
-  messageDesc(file_plaza_v1_client, 13);
+  messageDesc(file_plaza_v1_client, 14);
 
 /**
  * Block or unblock another member. After a block neither member is in the other's interest set
@@ -627,7 +664,7 @@ export type BlockAction = Message<"plaza.v1.BlockAction"> & {
  * Use `create(BlockActionSchema)` to create a new message.
  */
 export const BlockActionSchema: GenMessage<BlockAction> = /*@__PURE__*/
-  messageDesc(file_plaza_v1_client, 14);
+  messageDesc(file_plaza_v1_client, 15);
 
 /**
  * Avatars whose position is within `radius_m` metres of this member's avatar are left out of
@@ -647,7 +684,7 @@ export type PersonalSpace = Message<"plaza.v1.PersonalSpace"> & {
  * Use `create(PersonalSpaceSchema)` to create a new message.
  */
 export const PersonalSpaceSchema: GenMessage<PersonalSpace> = /*@__PURE__*/
-  messageDesc(file_plaza_v1_client, 15);
+  messageDesc(file_plaza_v1_client, 16);
 
 /**
  * An expression of this client's avatar: an expression id (application-defined; 0 = neutral)
@@ -674,7 +711,7 @@ export type Expression = Message<"plaza.v1.Expression"> & {
  * Use `create(ExpressionSchema)` to create a new message.
  */
 export const ExpressionSchema: GenMessage<Expression> = /*@__PURE__*/
-  messageDesc(file_plaza_v1_client, 16);
+  messageDesc(file_plaza_v1_client, 17);
 
 /**
  * The client's profile: a version (monotonic per wallet; a new version means "fetch my profile
@@ -701,7 +738,7 @@ export type ProfileAnnouncement = Message<"plaza.v1.ProfileAnnouncement"> & {
  * Use `create(ProfileAnnouncementSchema)` to create a new message.
  */
 export const ProfileAnnouncementSchema: GenMessage<ProfileAnnouncement> = /*@__PURE__*/
-  messageDesc(file_plaza_v1_client, 17);
+  messageDesc(file_plaza_v1_client, 18);
 
 /**
  * @generated from message plaza.v1.SceneAction
@@ -723,7 +760,7 @@ export type SceneAction = Message<"plaza.v1.SceneAction"> & {
  * Use `create(SceneActionSchema)` to create a new message.
  */
 export const SceneActionSchema: GenMessage<SceneAction> = /*@__PURE__*/
-  messageDesc(file_plaza_v1_client, 18);
+  messageDesc(file_plaza_v1_client, 19);
 
 /**
  * Lockstep scene membership and state reports (seed 001).
@@ -761,7 +798,7 @@ export type SceneControl = Message<"plaza.v1.SceneControl"> & {
  * Use `create(SceneControlSchema)` to create a new message.
  */
 export const SceneControlSchema: GenMessage<SceneControl> = /*@__PURE__*/
-  messageDesc(file_plaza_v1_client, 19);
+  messageDesc(file_plaza_v1_client, 20);
 
 /**
  * @generated from message plaza.v1.ServerEnvelope
@@ -848,6 +885,14 @@ export type ServerEnvelope = Message<"plaza.v1.ServerEnvelope"> & {
      */
     value: RoomStatus;
     case: "roomStatus";
+  } | {
+    /**
+     * The answer to an OperatorAction.
+     *
+     * @generated from field: plaza.v1.OperatorResult operator_result = 20;
+     */
+    value: OperatorResult;
+    case: "operatorResult";
   } | { case: undefined; value?: undefined };
 };
 
@@ -856,7 +901,54 @@ export type ServerEnvelope = Message<"plaza.v1.ServerEnvelope"> & {
  * Use `create(ServerEnvelopeSchema)` to create a new message.
  */
 export const ServerEnvelopeSchema: GenMessage<ServerEnvelope> = /*@__PURE__*/
-  messageDesc(file_plaza_v1_client, 20);
+  messageDesc(file_plaza_v1_client, 21);
+
+/**
+ * The answer to an OperatorAction (to its sender only).
+ *
+ * @generated from message plaza.v1.OperatorResult
+ */
+export type OperatorResult = Message<"plaza.v1.OperatorResult"> & {
+  /**
+   * The OperatorAction's client sequence.
+   *
+   * @generated from field: uint32 in_reply_to = 1;
+   */
+  inReplyTo: number;
+
+  /**
+   * @generated from field: plaza.v1.OperatorOp op = 2;
+   */
+  op: OperatorOp;
+
+  /**
+   * @generated from field: string target_wallet = 3;
+   */
+  targetWallet: string;
+
+  /**
+   * Whether the action was carried out.
+   *
+   * @generated from field: bool ok = 4;
+   */
+  ok: boolean;
+
+  /**
+   * Why not, a stable code: `not_operator` (this session has no operator role), `not_joined`
+   * (the session is in no room), `not_member` (no such member in the room), `unknown_op`,
+   * `frozen` (the room is being handed to another node). Empty when ok.
+   *
+   * @generated from field: string reason = 5;
+   */
+  reason: string;
+};
+
+/**
+ * Describes the message plaza.v1.OperatorResult.
+ * Use `create(OperatorResultSchema)` to create a new message.
+ */
+export const OperatorResultSchema: GenMessage<OperatorResult> = /*@__PURE__*/
+  messageDesc(file_plaza_v1_client, 22);
 
 /**
  * The gateway's word on the session's room while it moves between nodes (sent by the gateway,
@@ -894,7 +986,7 @@ export type RoomStatus = Message<"plaza.v1.RoomStatus"> & {
  * Use `create(RoomStatusSchema)` to create a new message.
  */
 export const RoomStatusSchema: GenMessage<RoomStatus> = /*@__PURE__*/
-  messageDesc(file_plaza_v1_client, 21);
+  messageDesc(file_plaza_v1_client, 23);
 
 /**
  * @generated from message plaza.v1.Negotiated
@@ -935,7 +1027,7 @@ export type Negotiated = Message<"plaza.v1.Negotiated"> & {
  * Use `create(NegotiatedSchema)` to create a new message.
  */
 export const NegotiatedSchema: GenMessage<Negotiated> = /*@__PURE__*/
-  messageDesc(file_plaza_v1_client, 22);
+  messageDesc(file_plaza_v1_client, 24);
 
 /**
  * The limits the gateway enforces on this session.
@@ -971,7 +1063,7 @@ export type Limits = Message<"plaza.v1.Limits"> & {
  * Use `create(LimitsSchema)` to create a new message.
  */
 export const LimitsSchema: GenMessage<Limits> = /*@__PURE__*/
-  messageDesc(file_plaza_v1_client, 23);
+  messageDesc(file_plaza_v1_client, 25);
 
 /**
  * @generated from message plaza.v1.Joined
@@ -1036,7 +1128,7 @@ export type Joined = Message<"plaza.v1.Joined"> & {
  * Use `create(JoinedSchema)` to create a new message.
  */
 export const JoinedSchema: GenMessage<Joined> = /*@__PURE__*/
-  messageDesc(file_plaza_v1_client, 24);
+  messageDesc(file_plaza_v1_client, 26);
 
 /**
  * The room a client joined (Joined.room), from the room's definition (docs/CONFIG.md `rooms`).
@@ -1130,7 +1222,7 @@ export type RoomDescription = Message<"plaza.v1.RoomDescription"> & {
  * Use `create(RoomDescriptionSchema)` to create a new message.
  */
 export const RoomDescriptionSchema: GenMessage<RoomDescription> = /*@__PURE__*/
-  messageDesc(file_plaza_v1_client, 25);
+  messageDesc(file_plaza_v1_client, 27);
 
 /**
  * The compressed-movement grid: cell index = (cx - min_x) + (cz - min_z) * width, where
@@ -1170,7 +1262,7 @@ export type CellGrid = Message<"plaza.v1.CellGrid"> & {
  * Use `create(CellGridSchema)` to create a new message.
  */
 export const CellGridSchema: GenMessage<CellGrid> = /*@__PURE__*/
-  messageDesc(file_plaza_v1_client, 26);
+  messageDesc(file_plaza_v1_client, 28);
 
 /**
  * @generated from message plaza.v1.Destination
@@ -1225,7 +1317,7 @@ export type Destination = Message<"plaza.v1.Destination"> & {
  * Use `create(DestinationSchema)` to create a new message.
  */
 export const DestinationSchema: GenMessage<Destination> = /*@__PURE__*/
-  messageDesc(file_plaza_v1_client, 27);
+  messageDesc(file_plaza_v1_client, 29);
 
 /**
  * The limits the room's movement validation enforces (docs/PROTOCOL.md section 5).
@@ -1274,7 +1366,7 @@ export type MovementLimits = Message<"plaza.v1.MovementLimits"> & {
  * Use `create(MovementLimitsSchema)` to create a new message.
  */
 export const MovementLimitsSchema: GenMessage<MovementLimits> = /*@__PURE__*/
-  messageDesc(file_plaza_v1_client, 28);
+  messageDesc(file_plaza_v1_client, 30);
 
 /**
  * @generated from message plaza.v1.Left
@@ -1291,7 +1383,7 @@ export type Left = Message<"plaza.v1.Left"> & {
  * Use `create(LeftSchema)` to create a new message.
  */
 export const LeftSchema: GenMessage<Left> = /*@__PURE__*/
-  messageDesc(file_plaza_v1_client, 29);
+  messageDesc(file_plaza_v1_client, 31);
 
 /**
  * A delta-snapshot frame (docs/PROTOCOL.md, "Snapshot frame").
@@ -1310,7 +1402,7 @@ export type SnapshotFrame = Message<"plaza.v1.SnapshotFrame"> & {
  * Use `create(SnapshotFrameSchema)` to create a new message.
  */
 export const SnapshotFrameSchema: GenMessage<SnapshotFrame> = /*@__PURE__*/
-  messageDesc(file_plaza_v1_client, 30);
+  messageDesc(file_plaza_v1_client, 32);
 
 /**
  * @generated from message plaza.v1.Error
@@ -1353,7 +1445,7 @@ export type Error = Message<"plaza.v1.Error"> & {
  * Use `create(ErrorSchema)` to create a new message.
  */
 export const ErrorSchema: GenMessage<Error> = /*@__PURE__*/
-  messageDesc(file_plaza_v1_client, 31);
+  messageDesc(file_plaza_v1_client, 33);
 
 /**
  * @generated from message plaza.v1.Pong
@@ -1375,7 +1467,7 @@ export type Pong = Message<"plaza.v1.Pong"> & {
  * Use `create(PongSchema)` to create a new message.
  */
 export const PongSchema: GenMessage<Pong> = /*@__PURE__*/
-  messageDesc(file_plaza_v1_client, 32);
+  messageDesc(file_plaza_v1_client, 34);
 
 /**
  * The server rejected an input: here is the authoritative pose.
@@ -1416,7 +1508,7 @@ export type Correction = Message<"plaza.v1.Correction"> & {
  * Use `create(CorrectionSchema)` to create a new message.
  */
 export const CorrectionSchema: GenMessage<Correction> = /*@__PURE__*/
-  messageDesc(file_plaza_v1_client, 33);
+  messageDesc(file_plaza_v1_client, 35);
 
 /**
  * A discrete room event (interactions, consent, emotes, scene actions).
@@ -1506,7 +1598,7 @@ export type Event = Message<"plaza.v1.Event"> & {
  * Use `create(EventSchema)` to create a new message.
  */
 export const EventSchema: GenMessage<Event> = /*@__PURE__*/
-  messageDesc(file_plaza_v1_client, 34);
+  messageDesc(file_plaza_v1_client, 36);
 
 /**
  * Who one avatar is.
@@ -1546,7 +1638,7 @@ export type RosterEntry = Message<"plaza.v1.RosterEntry"> & {
  * Use `create(RosterEntrySchema)` to create a new message.
  */
 export const RosterEntrySchema: GenMessage<RosterEntry> = /*@__PURE__*/
-  messageDesc(file_plaza_v1_client, 35);
+  messageDesc(file_plaza_v1_client, 37);
 
 /**
  * The roster: for every avatar in this client's frames, who it is. A message with `full` set
@@ -1581,7 +1673,7 @@ export type RosterUpdate = Message<"plaza.v1.RosterUpdate"> & {
  * Use `create(RosterUpdateSchema)` to create a new message.
  */
 export const RosterUpdateSchema: GenMessage<RosterUpdate> = /*@__PURE__*/
-  messageDesc(file_plaza_v1_client, 36);
+  messageDesc(file_plaza_v1_client, 38);
 
 /**
  * The server moved an avatar. The avatar's next frame record carries the instant bit (every
@@ -1631,7 +1723,7 @@ export type Teleported = Message<"plaza.v1.Teleported"> & {
  * Use `create(TeleportedSchema)` to create a new message.
  */
 export const TeleportedSchema: GenMessage<Teleported> = /*@__PURE__*/
-  messageDesc(file_plaza_v1_client, 37);
+  messageDesc(file_plaza_v1_client, 39);
 
 /**
  * A block or unblock took effect (to the member who asked).
@@ -1662,7 +1754,7 @@ export type BlockEvent = Message<"plaza.v1.BlockEvent"> & {
  * Use `create(BlockEventSchema)` to create a new message.
  */
 export const BlockEventSchema: GenMessage<BlockEvent> = /*@__PURE__*/
-  messageDesc(file_plaza_v1_client, 38);
+  messageDesc(file_plaza_v1_client, 40);
 
 /**
  * One avatar's expression as this client holds it.
@@ -1693,7 +1785,7 @@ export type ExpressionState = Message<"plaza.v1.ExpressionState"> & {
  * Use `create(ExpressionStateSchema)` to create a new message.
  */
 export const ExpressionStateSchema: GenMessage<ExpressionState> = /*@__PURE__*/
-  messageDesc(file_plaza_v1_client, 39);
+  messageDesc(file_plaza_v1_client, 41);
 
 /**
  * The expression channel (seed 004): at most `RoomDescription.expression_hz` messages per second,
@@ -1730,7 +1822,7 @@ export type ExpressionFrame = Message<"plaza.v1.ExpressionFrame"> & {
  * Use `create(ExpressionFrameSchema)` to create a new message.
  */
 export const ExpressionFrameSchema: GenMessage<ExpressionFrame> = /*@__PURE__*/
-  messageDesc(file_plaza_v1_client, 40);
+  messageDesc(file_plaza_v1_client, 42);
 
 /**
  * @generated from message plaza.v1.PropEvent
@@ -1769,7 +1861,7 @@ export type PropEvent = Message<"plaza.v1.PropEvent"> & {
  * Use `create(PropEventSchema)` to create a new message.
  */
 export const PropEventSchema: GenMessage<PropEvent> = /*@__PURE__*/
-  messageDesc(file_plaza_v1_client, 41);
+  messageDesc(file_plaza_v1_client, 43);
 
 /**
  * @generated from message plaza.v1.ConsentEvent
@@ -1806,7 +1898,7 @@ export type ConsentEvent = Message<"plaza.v1.ConsentEvent"> & {
  * Use `create(ConsentEventSchema)` to create a new message.
  */
 export const ConsentEventSchema: GenMessage<ConsentEvent> = /*@__PURE__*/
-  messageDesc(file_plaza_v1_client, 42);
+  messageDesc(file_plaza_v1_client, 44);
 
 /**
  * @generated from message plaza.v1.EmoteEvent
@@ -1851,7 +1943,7 @@ export type EmoteEvent = Message<"plaza.v1.EmoteEvent"> & {
  * Use `create(EmoteEventSchema)` to create a new message.
  */
 export const EmoteEventSchema: GenMessage<EmoteEvent> = /*@__PURE__*/
-  messageDesc(file_plaza_v1_client, 43);
+  messageDesc(file_plaza_v1_client, 45);
 
 /**
  * @generated from message plaza.v1.SceneTick
@@ -1878,7 +1970,7 @@ export type SceneTick = Message<"plaza.v1.SceneTick"> & {
  * Use `create(SceneTickSchema)` to create a new message.
  */
 export const SceneTickSchema: GenMessage<SceneTick> = /*@__PURE__*/
-  messageDesc(file_plaza_v1_client, 44);
+  messageDesc(file_plaza_v1_client, 46);
 
 /**
  * @generated from message plaza.v1.SceneActionEntry
@@ -1900,7 +1992,7 @@ export type SceneActionEntry = Message<"plaza.v1.SceneActionEntry"> & {
  * Use `create(SceneActionEntrySchema)` to create a new message.
  */
 export const SceneActionEntrySchema: GenMessage<SceneActionEntry> = /*@__PURE__*/
-  messageDesc(file_plaza_v1_client, 45);
+  messageDesc(file_plaza_v1_client, 47);
 
 /**
  * @generated from message plaza.v1.SceneSync
@@ -1946,7 +2038,7 @@ export type SceneSync = Message<"plaza.v1.SceneSync"> & {
  * Use `create(SceneSyncSchema)` to create a new message.
  */
 export const SceneSyncSchema: GenMessage<SceneSync> = /*@__PURE__*/
-  messageDesc(file_plaza_v1_client, 46);
+  messageDesc(file_plaza_v1_client, 48);
 
 /**
  * @generated from message plaza.v1.SceneMember
@@ -1968,7 +2060,7 @@ export type SceneMember = Message<"plaza.v1.SceneMember"> & {
  * Use `create(SceneMemberSchema)` to create a new message.
  */
 export const SceneMemberSchema: GenMessage<SceneMember> = /*@__PURE__*/
-  messageDesc(file_plaza_v1_client, 47);
+  messageDesc(file_plaza_v1_client, 49);
 
 /**
  * @generated from message plaza.v1.RequestRejected
@@ -1990,7 +2082,7 @@ export type RequestRejected = Message<"plaza.v1.RequestRejected"> & {
  * Use `create(RequestRejectedSchema)` to create a new message.
  */
 export const RequestRejectedSchema: GenMessage<RequestRejected> = /*@__PURE__*/
-  messageDesc(file_plaza_v1_client, 48);
+  messageDesc(file_plaza_v1_client, 50);
 
 /**
  * A lockstep scene membership event (seed 001's OnClientJoined, OnClientBeginCatchUp,
@@ -2037,7 +2129,50 @@ export type SceneClientEvent = Message<"plaza.v1.SceneClientEvent"> & {
  * Use `create(SceneClientEventSchema)` to create a new message.
  */
 export const SceneClientEventSchema: GenMessage<SceneClientEvent> = /*@__PURE__*/
-  messageDesc(file_plaza_v1_client, 49);
+  messageDesc(file_plaza_v1_client, 51);
+
+/**
+ * @generated from enum plaza.v1.OperatorOp
+ */
+export enum OperatorOp {
+  /**
+   * @generated from enum value: OPERATOR_OP_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * Close the target member's session (close 4010 `kicked`, no resume).
+   *
+   * @generated from enum value: OPERATOR_OP_KICK = 1;
+   */
+  KICK = 1,
+
+  /**
+   * Drop the target member's interactions, consents, emotes, scene actions and expressions
+   * (movement still flows) until unmuted.
+   *
+   * @generated from enum value: OPERATOR_OP_MUTE = 2;
+   */
+  MUTE = 2,
+
+  /**
+   * @generated from enum value: OPERATOR_OP_UNMUTE = 3;
+   */
+  UNMUTE = 3,
+
+  /**
+   * Close the room: every member is detached (REJECTED, "room closed by an operator").
+   *
+   * @generated from enum value: OPERATOR_OP_CLOSE_ROOM = 4;
+   */
+  CLOSE_ROOM = 4,
+}
+
+/**
+ * Describes the enum plaza.v1.OperatorOp.
+ */
+export const OperatorOpSchema: GenEnum<OperatorOp> = /*@__PURE__*/
+  enumDesc(file_plaza_v1_client, 0);
 
 /**
  * @generated from enum plaza.v1.MovementKind
@@ -2068,7 +2203,7 @@ export enum MovementKind {
  * Describes the enum plaza.v1.MovementKind.
  */
 export const MovementKindSchema: GenEnum<MovementKind> = /*@__PURE__*/
-  enumDesc(file_plaza_v1_client, 0);
+  enumDesc(file_plaza_v1_client, 1);
 
 /**
  * Animation flag bits of Movement.anim_flags.
@@ -2123,7 +2258,7 @@ export enum AnimFlag {
  * Describes the enum plaza.v1.AnimFlag.
  */
 export const AnimFlagSchema: GenEnum<AnimFlag> = /*@__PURE__*/
-  enumDesc(file_plaza_v1_client, 1);
+  enumDesc(file_plaza_v1_client, 2);
 
 /**
  * @generated from enum plaza.v1.ResyncReason
@@ -2154,7 +2289,7 @@ export enum ResyncReason {
  * Describes the enum plaza.v1.ResyncReason.
  */
 export const ResyncReasonSchema: GenEnum<ResyncReason> = /*@__PURE__*/
-  enumDesc(file_plaza_v1_client, 2);
+  enumDesc(file_plaza_v1_client, 3);
 
 /**
  * @generated from enum plaza.v1.InteractionKind
@@ -2192,7 +2327,7 @@ export enum InteractionKind {
  * Describes the enum plaza.v1.InteractionKind.
  */
 export const InteractionKindSchema: GenEnum<InteractionKind> = /*@__PURE__*/
-  enumDesc(file_plaza_v1_client, 3);
+  enumDesc(file_plaza_v1_client, 4);
 
 /**
  * @generated from enum plaza.v1.ConsentOp
@@ -2238,7 +2373,7 @@ export enum ConsentOp {
  * Describes the enum plaza.v1.ConsentOp.
  */
 export const ConsentOpSchema: GenEnum<ConsentOp> = /*@__PURE__*/
-  enumDesc(file_plaza_v1_client, 4);
+  enumDesc(file_plaza_v1_client, 5);
 
 /**
  * @generated from enum plaza.v1.BlockOp
@@ -2264,7 +2399,7 @@ export enum BlockOp {
  * Describes the enum plaza.v1.BlockOp.
  */
 export const BlockOpSchema: GenEnum<BlockOp> = /*@__PURE__*/
-  enumDesc(file_plaza_v1_client, 5);
+  enumDesc(file_plaza_v1_client, 6);
 
 /**
  * @generated from enum plaza.v1.SceneControlOp
@@ -2306,7 +2441,7 @@ export enum SceneControlOp {
  * Describes the enum plaza.v1.SceneControlOp.
  */
 export const SceneControlOpSchema: GenEnum<SceneControlOp> = /*@__PURE__*/
-  enumDesc(file_plaza_v1_client, 6);
+  enumDesc(file_plaza_v1_client, 7);
 
 /**
  * @generated from enum plaza.v1.RoomStatusKind
@@ -2337,7 +2472,7 @@ export enum RoomStatusKind {
  * Describes the enum plaza.v1.RoomStatusKind.
  */
 export const RoomStatusKindSchema: GenEnum<RoomStatusKind> = /*@__PURE__*/
-  enumDesc(file_plaza_v1_client, 7);
+  enumDesc(file_plaza_v1_client, 8);
 
 /**
  * @generated from enum plaza.v1.CapacityTier
@@ -2358,7 +2493,7 @@ export enum CapacityTier {
  * Describes the enum plaza.v1.CapacityTier.
  */
 export const CapacityTierSchema: GenEnum<CapacityTier> = /*@__PURE__*/
-  enumDesc(file_plaza_v1_client, 8);
+  enumDesc(file_plaza_v1_client, 9);
 
 /**
  * @generated from enum plaza.v1.DestinationKind
@@ -2389,7 +2524,7 @@ export enum DestinationKind {
  * Describes the enum plaza.v1.DestinationKind.
  */
 export const DestinationKindSchema: GenEnum<DestinationKind> = /*@__PURE__*/
-  enumDesc(file_plaza_v1_client, 9);
+  enumDesc(file_plaza_v1_client, 10);
 
 /**
  * @generated from enum plaza.v1.ErrorCode
@@ -2480,7 +2615,7 @@ export enum ErrorCode {
  * Describes the enum plaza.v1.ErrorCode.
  */
 export const ErrorCodeSchema: GenEnum<ErrorCode> = /*@__PURE__*/
-  enumDesc(file_plaza_v1_client, 10);
+  enumDesc(file_plaza_v1_client, 11);
 
 /**
  * @generated from enum plaza.v1.RejectReason
@@ -2545,7 +2680,7 @@ export enum RejectReason {
  * Describes the enum plaza.v1.RejectReason.
  */
 export const RejectReasonSchema: GenEnum<RejectReason> = /*@__PURE__*/
-  enumDesc(file_plaza_v1_client, 11);
+  enumDesc(file_plaza_v1_client, 12);
 
 /**
  * @generated from enum plaza.v1.TeleportCause
@@ -2582,7 +2717,7 @@ export enum TeleportCause {
  * Describes the enum plaza.v1.TeleportCause.
  */
 export const TeleportCauseSchema: GenEnum<TeleportCause> = /*@__PURE__*/
-  enumDesc(file_plaza_v1_client, 12);
+  enumDesc(file_plaza_v1_client, 13);
 
 /**
  * @generated from enum plaza.v1.SceneClientEventKind
@@ -2645,5 +2780,5 @@ export enum SceneClientEventKind {
  * Describes the enum plaza.v1.SceneClientEventKind.
  */
 export const SceneClientEventKindSchema: GenEnum<SceneClientEventKind> = /*@__PURE__*/
-  enumDesc(file_plaza_v1_client, 13);
+  enumDesc(file_plaza_v1_client, 14);
 
