@@ -101,6 +101,24 @@ pub async fn release(
     Err(last.unwrap_or(DirectoryError::NotOwner))
 }
 
+/// Holds (`hold`) or releases `source` for `wallet`, as [`hold`] and [`release`] do; returns the
+/// wallet's entry afterwards (`None`: it is no longer online). What the admin port's
+/// `/v1/presence/…` and the node's `PresenceSource` call both run.
+pub async fn apply(
+    dir: &dyn Directory,
+    wallet: &str,
+    source: Sources,
+    hold_it: bool,
+) -> Result<Option<PresenceEntry>, DirectoryError> {
+    if hold_it {
+        return hold(dir, wallet, source).await.map(Some);
+    }
+    if release(dir, wallet, source).await? {
+        return Ok(None);
+    }
+    dir.presence_get(wallet).await
+}
+
 async fn entry_and_epoch(
     dir: &dyn Directory,
     wallet: &str,

@@ -931,18 +931,11 @@ impl RoomState {
                     }
                 };
                 if let Some(link) = self.links.get(&session) {
-                    let detach = NodeOutbound {
-                        body: Some(node_outbound::Body::Detach(node::Detach {
-                            reason: match reason {
-                                JoinRefusal::RoomFull => node::DetachReason::RoomFull as i32,
-                                JoinRefusal::AlreadyJoined => node::DetachReason::Rejected as i32,
-                            },
-                            message: msg.into(),
-                        })),
-                        droppable: false,
-                        keyframe: false,
+                    let reason = match reason {
+                        JoinRefusal::RoomFull => node::DetachReason::RoomFull,
+                        JoinRefusal::AlreadyJoined => node::DetachReason::Rejected,
                     };
-                    let _ = link.tx.try_send(detach);
+                    let _ = link.tx.try_send(detach_message(reason, msg));
                 }
                 let _ = code;
                 self.drop_link(session);
@@ -1466,6 +1459,18 @@ fn spawn_directory_writer(
         }
     });
     (tx, task)
+}
+
+/// The `Detach` that ends a session's stream with `reason` (never dropped, not a frame).
+pub(crate) fn detach_message(reason: node::DetachReason, message: &str) -> NodeOutbound {
+    NodeOutbound {
+        body: Some(node_outbound::Body::Detach(node::Detach {
+            reason: reason as i32,
+            message: message.into(),
+        })),
+        droppable: false,
+        keyframe: false,
+    }
 }
 
 /// The float pose of a movement message; missing vectors are zero.

@@ -140,28 +140,9 @@ impl RoomHost for RoomHostService {
             e => Status::aborted(e.to_string()),
         };
         let source = sources::external(&r.source).map_err(to_status)?;
-        let dir = &*self.directory;
-        if r.hold {
-            let entry = sources::hold(dir, &r.wallet, source)
-                .await
-                .map_err(to_status)?;
-            return Ok(Response::new(PresenceSourceReply {
-                online: true,
-                room: entry.room,
-                sources: sources::names(entry.sources)
-                    .into_iter()
-                    .map(str::to_owned)
-                    .collect(),
-            }));
-        }
-        let gone = sources::release(dir, &r.wallet, source)
+        let entry = sources::apply(&*self.directory, &r.wallet, source, r.hold)
             .await
             .map_err(to_status)?;
-        let entry = if gone {
-            None
-        } else {
-            dir.presence_get(&r.wallet).await.map_err(to_status)?
-        };
         Ok(Response::new(match entry {
             Some(e) => PresenceSourceReply {
                 online: true,

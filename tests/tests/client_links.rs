@@ -130,16 +130,30 @@ async fn lossy_jittery_client_links_stay_exact_without_a_resync_storm() {
 
     // The server's own state once every input is in (the last moves cross the link too).
     let rooms = plaza.node().expect("every role runs a node").rooms();
-    tokio::time::sleep(Duration::from_millis(600)).await;
-    let view = rooms.inspect(ROOM).await.unwrap().view;
-    let server: Vec<(u32, [f32; 3])> = view
-        .members
-        .iter()
-        .map(|m| (m.entity, m.position))
-        .collect();
-    assert_eq!(server.len(), CLIENTS, "{view:?}");
     let close =
         |p: [f32; 3], q: [f32; 3]| (0..3).all(|k| (p[k] - q[k]).abs() <= POSITION_ERROR_M + 1e-4);
+    let holds_sent = |server: &[(u32, [f32; 3])]| {
+        clients.iter().enumerate().all(|(i, (c, _, _))| {
+            server
+                .iter()
+                .any(|(e, p)| *e == c.entity && close(*p, sent[i]))
+        })
+    };
+    // Polled (bounded) until the room holds every last move, then asserted below.
+    let deadline = Instant::now() + Duration::from_secs(3);
+    let (view, server) = loop {
+        let view = rooms.inspect(ROOM).await.unwrap().view;
+        let server: Vec<(u32, [f32; 3])> = view
+            .members
+            .iter()
+            .map(|m| (m.entity, m.position))
+            .collect();
+        if holds_sent(&server) || Instant::now() >= deadline {
+            break (view, server);
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(server.len(), CLIENTS, "{view:?}");
     // The room holds each avatar where its client last put it (no input lost or refused).
     for (i, (c, _, _)) in clients.iter().enumerate() {
         let at = server.iter().find(|(e, _)| *e == c.entity).map(|(_, p)| *p);

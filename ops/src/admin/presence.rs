@@ -56,23 +56,7 @@ pub(crate) async fn hold(
     State(s): State<Arc<AdminState>>,
     Path((wallet, source)): Path<(String, String)>,
 ) -> Response {
-    let Some(dir) = directory(&s) else {
-        return not_connected();
-    };
-    let res = match sources::external(&source) {
-        Ok(src) => sources::hold(&*dir, &wallet, src).await,
-        Err(e) => Err(e),
-    };
-    match res {
-        Ok(entry) => Json(json!({
-            "ok": true,
-            "wallet": entry.wallet,
-            "room": entry.room,
-            "sources": sources::names(entry.sources),
-        }))
-        .into_response(),
-        Err(e) => error(&e),
-    }
+    change(&s, wallet, &source, true).await
 }
 
 /// `DELETE /v1/presence/{wallet}/sources/{source}`.
@@ -80,18 +64,28 @@ pub(crate) async fn release(
     State(s): State<Arc<AdminState>>,
     Path((wallet, source)): Path<(String, String)>,
 ) -> Response {
-    let Some(dir) = directory(&s) else {
+    change(&s, wallet, &source, false).await
+}
+
+async fn change(s: &AdminState, wallet: String, source: &str, hold: bool) -> Response {
+    let Some(dir) = directory(s) else {
         return not_connected();
     };
-    let res = match sources::external(&source) {
-        Ok(src) => sources::release(&*dir, &wallet, src).await,
+    let res = match sources::external(source) {
+        Ok(src) => sources::apply(&*dir, &wallet, src, hold).await,
         Err(e) => Err(e),
     };
-    match res {
-        Ok(gone) => {
-            let online = !gone && dir.presence_get(&wallet).await.ok().flatten().is_some();
-            Json(json!({"ok": true, "wallet": wallet, "online": online})).into_response()
+    match (res, hold) {
+        (Ok(Some(entry)), true) => Json(json!({
+            "ok": true,
+            "wallet": entry.wallet,
+            "room": entry.room,
+            "sources": sources::names(entry.sources),
+        }))
+        .into_response(),
+        (Ok(entry), _) => {
+            Json(json!({"ok": true, "wallet": wallet, "online": entry.is_some()})).into_response()
         }
-        Err(e) => error(&e),
+        (Err(e), _) => error(&e),
     }
 }

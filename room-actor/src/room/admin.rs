@@ -11,7 +11,7 @@
 use std::collections::BTreeMap;
 
 use plaza_directory::Epoch;
-use plaza_node_proto::{self as node, NodeOutbound, node_outbound};
+use plaza_node_proto as node;
 use plaza_proto::pb::{self, server_envelope};
 use plaza_room_core::admin::{
     AdminRefusal, Identity, Moderation, RateWindow, RoomView, TeleportTarget, TickWindow,
@@ -220,15 +220,10 @@ impl RoomState {
         let Some(link) = self.links.remove(&victim) else {
             return;
         };
-        let detach = NodeOutbound {
-            body: Some(node_outbound::Body::Detach(node::Detach {
-                reason: node::DetachReason::Kicked as i32,
-                message: KICKED_MESSAGE.into(),
-            })),
-            droppable: false,
-            keyframe: false,
-        };
-        let _ = link.tx.try_send(detach);
+        let _ = link.tx.try_send(super::detach_message(
+            node::DetachReason::Kicked,
+            KICKED_MESSAGE,
+        ));
         self.metrics.sessions.dec();
         self.room.leave(victim);
         super::release_presence(&self.presence, &link);
@@ -289,15 +284,10 @@ impl RoomState {
     fn close(&mut self) -> usize {
         let n = self.links.len();
         for link in self.links.values() {
-            let detach = NodeOutbound {
-                body: Some(node_outbound::Body::Detach(node::Detach {
-                    reason: node::DetachReason::Rejected as i32,
-                    message: CLOSED_MESSAGE.into(),
-                })),
-                droppable: false,
-                keyframe: false,
-            };
-            let _ = link.tx.try_send(detach);
+            let _ = link.tx.try_send(super::detach_message(
+                node::DetachReason::Rejected,
+                CLOSED_MESSAGE,
+            ));
         }
         // Held-off members will not come back to this activation.
         self.awaited.clear();
