@@ -398,6 +398,9 @@ pub struct Connection {
     transmits: VecDeque<Vec<u8>>,
     stats: ConnectionStats,
     wall_ms: u64,
+    /// Packs [`Connection::send_movement_compressed`]'s moves (the last sent one picks the
+    /// next one's velocity tier).
+    compressed: plaza_proto::compressed::CompressedSender,
 }
 
 impl Connection {
@@ -426,6 +429,7 @@ impl Connection {
             transmits: VecDeque::new(),
             stats: ConnectionStats::default(),
             wall_ms: 0,
+            compressed: plaza_proto::compressed::CompressedSender::new(),
         }
     }
 
@@ -810,6 +814,23 @@ impl Connection {
             return None;
         }
         Some(self.push_body(CBody::Movement(m)))
+    }
+
+    /// Sends a movement as the seed's 160-bit `MovementCompressed` (docs/PROTOCOL.md §3) over
+    /// the default grid, with the velocity tier picked from the distance over the time since
+    /// the last compressed move sent (`plaza_proto::compressed::tier_speed`; `m.velocity_tier`
+    /// is ignored); head enables and `is_instant` travel with it. Returns its sequence and
+    /// what the server reads from it (the quantized pose: what a prediction should hold), or
+    /// None when not in a room.
+    pub fn send_movement_compressed(
+        &mut self,
+        m: &pb::Movement,
+    ) -> Option<(u32, plaza_proto::compressed::Decompressed)> {
+        if !matches!(self.state, State::Joined | State::Moving) {
+            return None;
+        }
+        let (c, d) = self.compressed.encode(m);
+        Some((self.push_body(CBody::MovementCompressed(c.into())), d))
     }
 
     /// Sends any other request (teleport, interaction, consent, emote, scene, block, profile,

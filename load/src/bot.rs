@@ -1004,12 +1004,20 @@ impl Bot {
             timestamp: now.duration_since(self.epoch).as_secs_f64(),
             ..Movement::default()
         };
-        if self.conn.send_movement(m).is_none() {
+        // What the room will hold: the float pose, or the compressed message's quantized one.
+        let sent_at = if self.shared.cfg.movement.compressed(self.spec.index) {
+            match self.conn.send_movement_compressed(&m) {
+                Some((_, d)) => d.pose.position,
+                None => return,
+            }
+        } else if self.conn.send_movement(m).is_some() {
+            pose.position
+        } else {
             // Not in a room at the connection's word (a join or resume is under way).
             return;
-        }
+        };
         if let Some(own) = &mut self.own_moves {
-            own.sent(now, pose.position);
+            own.sent(now, sent_at);
         }
         self.samples.movements += 1;
         self.last_sent = pose;

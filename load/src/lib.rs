@@ -93,6 +93,47 @@ pub struct LoadConfig {
     /// The negotiate's `auth_token` of every bot (default empty: a fresh guest each, which
     /// needs `auth.mode` with guest). A terminal refusal (4003) is not retried.
     pub auth_token: String,
+    /// How bots send their moves (default [`MovementMode::Plain`]).
+    pub movement: MovementMode,
+}
+
+/// How bots send their moves (`plaza-load --movement`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum MovementMode {
+    /// `plaza.v1.Movement` (floats).
+    #[default]
+    Plain,
+    /// The seed's 160-bit `MovementCompressed` (docs/PROTOCOL.md §3), tier picked by the
+    /// sender.
+    Compressed,
+    /// Odd-numbered bots compressed, even-numbered plain.
+    Mixed,
+}
+
+impl MovementMode {
+    /// Whether bot `index` sends compressed moves.
+    pub fn compressed(self, index: usize) -> bool {
+        match self {
+            Self::Plain => false,
+            Self::Compressed => true,
+            Self::Mixed => index % 2 == 1,
+        }
+    }
+}
+
+impl std::str::FromStr for MovementMode {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "plain" => Ok(Self::Plain),
+            "compressed" => Ok(Self::Compressed),
+            "mixed" => Ok(Self::Mixed),
+            _ => Err(format!(
+                "unknown movement mode {s:?} (compressed, plain or mixed)"
+            )),
+        }
+    }
 }
 
 impl LoadConfig {
@@ -118,6 +159,7 @@ impl LoadConfig {
             ca_certs: Vec::new(),
             expression_hz: 0,
             auth_token: String::new(),
+            movement: MovementMode::Plain,
         }
     }
 
@@ -541,6 +583,20 @@ fn parse_proc_stat_cpu(stat: &str) -> Option<f64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn movement_modes() {
+        let m = |s: &str| s.parse::<MovementMode>();
+        assert_eq!(m("plain"), Ok(MovementMode::Plain));
+        assert_eq!(m("compressed"), Ok(MovementMode::Compressed));
+        assert_eq!(m("mixed"), Ok(MovementMode::Mixed));
+        assert!(m("zip").is_err());
+        let compressed = |mode: MovementMode| (0..4).map(|i| mode.compressed(i)).collect::<Vec<_>>();
+        assert_eq!(compressed(MovementMode::Plain), [false; 4]);
+        assert_eq!(compressed(MovementMode::Compressed), [true; 4]);
+        assert_eq!(compressed(MovementMode::Mixed), [false, true, false, true]);
+        assert_eq!(LoadConfig::new("ws://x", 1).movement, MovementMode::Plain);
+    }
 
     #[test]
     fn parses_proc_stat() {

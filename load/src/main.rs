@@ -42,6 +42,11 @@ struct Args {
     /// `gateway.movement_hz`, shipped 20).
     #[arg(long = "input-hz", default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..=100))]
     input_hz: u32,
+    /// How bots send their moves: `plain` (`Movement`, floats), `compressed` (the seed's
+    /// 160-bit `MovementCompressed`, the tier picked by the sender) or `mixed` (odd-numbered
+    /// bots compressed, even-numbered plain).
+    #[arg(long, default_value = "plain")]
+    movement: plaza_load::MovementMode,
     /// Number of rooms (`load-0` .. `load-<R-1>`, bots round-robin).
     #[arg(long, default_value_t = 1)]
     rooms: usize,
@@ -167,6 +172,7 @@ fn main() -> anyhow::Result<()> {
     cfg.send_rate.move_interval = Duration::from_secs_f64(1.0 / f64::from(args.input_hz));
     cfg.send_rate.max_per_second = args.input_hz;
     cfg.auth_token = args.auth_token.clone();
+    cfg.movement = args.movement;
 
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(usize::from(args.threads))

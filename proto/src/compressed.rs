@@ -9,8 +9,9 @@
 //!   y (absolute, per-tier bits over `[Y_MIN, Y_MAX]`) · z, x (relative to the cell origin,
 //!   per-tier bits) · cell index (17 bits, [`ParcelEncoder`]).
 //! * `head_sync_data` (32 bits): bit 13 yaw enabled · bit 12 pitch enabled · yaw (6, bits 6..11)
-//!   · pitch (6, bits 0..5); bit 30 stunned, bit 31 emoting (the seed's layout has no room for
-//!   these two animation flags in `temporal_data`, so Plaza carries them here). Zero when idle.
+//!   · pitch (6, bits 0..5); bit 29 instant (`Movement.is_instant`), bit 30 stunned, bit 31
+//!   emoting (the seed's layout has no room for these in `temporal_data`, so Plaza carries them
+//!   here). Zero when idle.
 //! * `point_at_data` (32 bits): bit 30 pointing · z, y, x (10 bits each: sign + 9-bit magnitude
 //!   on a square-root curve, relative to the sender's position, range [`POINT_AT_MAX_M`]).
 //!   Zero when not pointing.
@@ -270,6 +271,113 @@ pub struct Decompressed {
     pub timestamp_s: f64,
     /// The velocity tier the sender chose.
     pub tier: u8,
+    /// Head IK enables per axis: `[yaw, pitch]` (bits 13 and 12 of `head_sync_data`).
+    pub head_enabled: [bool; 2],
+    /// The sender asks for a placement instead of a walk (bit [`INSTANT_BIT`] of
+    /// `head_sync_data`): `Movement.is_instant`.
+    pub is_instant: bool,
+}
+
+impl Decompressed {
+    /// The plain movement message this one stands for (`timestamp` the unwrapped one,
+    /// `velocity_tier` the tier it was packed with).
+    pub fn to_movement(&self) -> crate::pb::Movement {
+        let v = |a: [f32; 3]| Some(crate::pb::Vec3 { x: a[0], y: a[1], z: a[2] });
+        let p = &self.pose;
+        let head = p.head.unwrap_or_default();
+        crate::pb::Movement {
+            position: v(p.position),
+            velocity: v(p.velocity),
+            rotation_y: p.yaw_deg,
+            movement_kind: i32::from(p.movement_kind),
+            anim_flags: u32::from(p.anim_flags),
+            head_ik_yaw_enabled: self.head_enabled[0],
+            head_ik_pitch_enabled: self.head_enabled[1],
+            head_yaw: head[0],
+            head_pitch: head[1],
+            is_pointing_at: p.point_at.is_some(),
+            point_at: p.point_at.and_then(v),
+            is_instant: self.is_instant,
+            timestamp: self.timestamp_s,
+            velocity_tier: u32::from(self.tier),
+        }
+    }
+}
+
+/// Bit of `head_sync_data` that carries `Movement.is_instant` (Plaza's addition, beside
+/// stunned (30) and emoting (31); the seed's compressed form has no room for it elsewhere).
+pub const INSTANT_BIT: u32 = 29;
+
+/// The speed (m/s) a sender picks its velocity tier by: the distance from the position of
+/// its last sent message over the time since it (seed 000: not the controller's velocity,
+/// which reads 0 on a moving platform), but never below the message's own horizontal and
+/// vertical speed (so its velocity is not clamped by a tier too small for it). The first
+/// message, an `is_instant` one (a placement, not a walk) and a non-increasing timestamp
+/// use the message's own speed.
+pub fn tier_speed(
+    last_sent: Option<([f32; 3], f64)>,
+    position: [f32; 3],
+    velocity: [f32; 3],
+    timestamp_s: f64,
+    is_instant: bool,
+) -> f32 {
+    let own = velocity.iter().map(|c| c.abs()).fold(0.0f32, f32::max);
+    let travelled = match last_sent {
+        Some((at, t)) if !is_instant && timestamp_s > t => {
+            let d2: f32 = (0..3).map(|i| (position[i] - at[i]).powi(2)).sum();
+            (f64::from(d2.sqrt()) / (timestamp_s - t)) as f32
+        }
+        _ => 0.0,
+    };
+    let s = travelled.max(own);
+    if s.is_finite() { s } else { VELOCITY_TIERS[3].velocity_range }
+}
+
+/// A sender of compressed movement: packs each `plaza.v1.Movement` with the velocity tier
+/// [`tier_speed`] picks from the last message it sent. Keep one per session (it holds the
+/// last sent position and time).
+#[derive(Clone, Debug, Default)]
+pub struct CompressedSender {
+    /// The room's cell grid (the server decodes over the default one).
+    pub codec: MovementCodec,
+    last_sent: Option<([f32; 3], f64)>,
+}
+
+impl CompressedSender {
+    /// A sender over the default grid.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Packs `m` (its `velocity_tier` is ignored: the sender picks it) and remembers it as the
+    /// last sent message. Returns the message and what the server will read from it (its
+    /// timestamp unwrapped as a fresh decoder would, which within one buffer is the same).
+    pub fn encode(&mut self, m: &crate::pb::Movement) -> (Compressed, Decompressed) {
+        let pose = Pose::from(m);
+        let speed = tier_speed(
+            self.last_sent,
+            pose.position,
+            pose.velocity,
+            m.timestamp,
+            m.is_instant,
+        );
+        let tier = velocity_tier_from_speed(speed);
+        let c = self.codec.compress_movement(m, tier);
+        self.last_sent = Some((pose.position, m.timestamp));
+        let mut ts = TimestampDecoder::new();
+        let mut d = self
+            .codec
+            .decompress(&c, &mut ts)
+            .expect("the sender's own grid decodes its cells");
+        d.timestamp_s = m.timestamp;
+        (c, d)
+    }
+
+    /// Forget the last sent message (a new room: the next one picks its tier from its own
+    /// speed).
+    pub fn reset(&mut self) {
+        self.last_sent = None;
+    }
 }
 
 // AnimFlag bits (plaza.v1.AnimFlag).
@@ -322,7 +430,26 @@ impl MovementCodec {
         Self { parcels }
     }
 
-    /// Packs a pose (the sender's clock `timestamp_s`, velocity `tier` 0..=3).
+    /// Packs a plain movement message with velocity `tier` (its own `velocity_tier` is
+    /// ignored): like [`MovementCodec::compress`] of its pose, with the head IK enables per
+    /// axis (a disabled axis packs 0 and its bit stays clear) and `is_instant` in
+    /// [`INSTANT_BIT`].
+    pub fn compress_movement(&self, m: &crate::pb::Movement, tier: u8) -> Compressed {
+        let mut c = self.compress(&Pose::from(m), m.timestamp, tier);
+        if !m.head_ik_yaw_enabled {
+            c.head_sync_data &= !((1 << 13) | (mask(HEAD_ROTATION_BITS) as u32) << HEAD_ROTATION_BITS);
+        }
+        if !m.head_ik_pitch_enabled {
+            c.head_sync_data &= !((1 << 12) | mask(HEAD_ROTATION_BITS) as u32);
+        }
+        if m.is_instant {
+            c.head_sync_data |= 1 << INSTANT_BIT;
+        }
+        c
+    }
+
+    /// Packs a pose (the sender's clock `timestamp_s`, velocity `tier` 0..=3); a head, when
+    /// present, with both axes enabled.
     pub fn compress(&self, p: &Pose, timestamp_s: f64, tier: u8) -> Compressed {
         let tier = tier.min(3);
         let cfg = VELOCITY_TIERS[usize::from(tier)];
@@ -508,6 +635,8 @@ impl MovementCodec {
             pose,
             timestamp_s: ts.decompress(stamp),
             tier,
+            head_enabled: [h & (1 << 13) != 0, h & (1 << 12) != 0],
+            is_instant: h & (1 << INSTANT_BIT) != 0,
         })
     }
 }
@@ -633,6 +762,107 @@ mod tests {
         // A second sender starting fresh is independent.
         let mut b = TimestampDecoder::new();
         assert!((b.decompress(compress_timestamp(3.0)) - 3.0).abs() < 1e-9);
+    }
+
+    fn movement(pos: [f32; 3], vel: [f32; 3], t: f64) -> crate::pb::Movement {
+        let v = |a: [f32; 3]| Some(crate::pb::Vec3 { x: a[0], y: a[1], z: a[2] });
+        crate::pb::Movement {
+            position: v(pos),
+            velocity: v(vel),
+            rotation_y: 90.0,
+            movement_kind: 1,
+            anim_flags: u32::from(ANIM_GROUNDED),
+            timestamp: t,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn head_enables_per_axis_and_instant_travel() {
+        let codec = MovementCodec::default();
+        for (yaw_on, pitch_on) in [(true, true), (true, false), (false, true), (false, false)] {
+            for instant in [false, true] {
+                let mut m = movement([3.0, 0.0, 4.0], [1.0, 0.0, 0.0], 7.5);
+                m.head_ik_yaw_enabled = yaw_on;
+                m.head_ik_pitch_enabled = pitch_on;
+                m.head_yaw = 40.0;
+                m.head_pitch = -30.0;
+                m.is_instant = instant;
+                let c = codec.compress_movement(&m, 0);
+                let d = codec.decompress(&c, &mut TimestampDecoder::new()).unwrap();
+                assert_eq!(d.head_enabled, [yaw_on, pitch_on]);
+                assert_eq!(d.is_instant, instant);
+                let back = d.to_movement();
+                assert_eq!(back.head_ik_yaw_enabled, yaw_on);
+                assert_eq!(back.head_ik_pitch_enabled, pitch_on);
+                assert_eq!(back.is_instant, instant);
+                assert_eq!(back.velocity_tier, 0);
+                let step = 360.0 / 63.0 / 2.0 + 1e-3;
+                if yaw_on {
+                    assert!((back.head_yaw - 40.0).abs() <= step);
+                } else {
+                    assert_eq!(back.head_yaw, 0.0);
+                    assert_eq!(c.head_sync_data & (0x3f << 6), 0, "a disabled yaw packs 0");
+                }
+                if pitch_on {
+                    assert!((back.head_pitch + 30.0).abs() <= step);
+                } else {
+                    assert_eq!(back.head_pitch, 0.0);
+                    assert_eq!(c.head_sync_data & 0x3f, 0, "a disabled pitch packs 0");
+                }
+                if !yaw_on && !pitch_on && !instant {
+                    assert_eq!(c.head_sync_data, 0, "zero when idle");
+                }
+                assert_eq!(Pose::from(&back).head, d.pose.head);
+            }
+        }
+        // A pose packed with `compress` (no enables, no instant) reads as before.
+        let c = compress(&pose(1.0), 1.0, 0);
+        let d = decompress(&c, &mut TimestampDecoder::new()).unwrap();
+        assert_eq!(d.head_enabled, [true, true]);
+        assert!(!d.is_instant);
+    }
+
+    #[test]
+    fn sender_picks_the_tier_from_distance_over_time() {
+        let mut s = CompressedSender::new();
+        // First message: its own speed (1.4 m/s: tier 0), even when it is a placement.
+        let mut first = movement([0.0, 0.0, 0.0], [1.4, 0.0, 0.0], 1.0);
+        first.is_instant = true;
+        first.velocity_tier = 3;
+        let (c, d) = s.encode(&first);
+        assert_eq!(d.tier, 0, "the message's own velocity_tier is ignored");
+        assert!(d.is_instant);
+        assert_eq!(c.temporal_data >> 30, 0);
+        assert_eq!(d.timestamp_s, 1.0);
+        // A walker at 1.4 m/s, 10 Hz: tier 0; 3.5 m/s: tier 1.
+        let (_, d) = s.encode(&movement([0.14, 0.0, 0.0], [1.4, 0.0, 0.0], 1.1));
+        assert_eq!(d.tier, 0);
+        let (_, d) = s.encode(&movement([0.49, 0.0, 0.0], [3.5, 0.0, 0.0], 1.2));
+        assert_eq!(d.tier, 1);
+        // Carried by a platform: its velocity reads 0 but it covered 0.7 m in 0.1 s (7 m/s):
+        // tier 2, from the distance.
+        let (_, d) = s.encode(&movement([1.19, 0.0, 0.0], [0.0; 3], 1.3));
+        assert_eq!(d.tier, 2);
+        // 30 m in 2 s (15 m/s): tier 3.
+        let (_, d) = s.encode(&movement([31.19, 0.0, 0.0], [0.0; 3], 3.3));
+        assert_eq!(d.tier, 3);
+        // A slow distance but a fast own velocity: the velocity is never clamped by the tier.
+        let (_, d) = s.encode(&movement([31.2, 0.0, 0.0], [3.9, 0.0, 0.0], 4.3));
+        assert_eq!(d.tier, 1);
+        assert!((d.pose.velocity[0] - 3.9).abs() < 0.14);
+        // A placement far away is not a speed; nor is a non-increasing timestamp.
+        let mut jump = movement([500.0, 0.0, 0.0], [0.0; 3], 4.4);
+        jump.is_instant = true;
+        assert_eq!(s.encode(&jump).1.tier, 0);
+        assert_eq!(s.encode(&movement([510.0, 0.0, 0.0], [0.0; 3], 4.4)).1.tier, 0);
+        // After a reset the next message is a first one.
+        s.reset();
+        assert_eq!(s.encode(&movement([0.0; 3], [0.0; 3], 9.0)).1.tier, 0);
+        assert_eq!(
+            tier_speed(Some(([0.0; 3], 0.0)), [3.0, 4.0, 0.0], [0.0; 3], 1.0, false),
+            5.0
+        );
     }
 
     #[test]

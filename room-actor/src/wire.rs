@@ -64,7 +64,7 @@ pub(crate) fn decode(
                     seq,
                     pose: d.pose,
                     timestamp_s: d.timestamp_s,
-                    is_instant: false,
+                    is_instant: d.is_instant,
                     timestamp_period_s: Some(plaza_proto::compressed::TIMESTAMP_BUFFER_S),
                 })),
                 Err(_) => Decoded::Invalid("movement_compressed", "does not decode"),
