@@ -591,7 +591,8 @@ mod tests {
         assert_eq!(m("compressed"), Ok(MovementMode::Compressed));
         assert_eq!(m("mixed"), Ok(MovementMode::Mixed));
         assert!(m("zip").is_err());
-        let compressed = |mode: MovementMode| (0..4).map(|i| mode.compressed(i)).collect::<Vec<_>>();
+        let compressed =
+            |mode: MovementMode| (0..4).map(|i| mode.compressed(i)).collect::<Vec<_>>();
         assert_eq!(compressed(MovementMode::Plain), [false; 4]);
         assert_eq!(compressed(MovementMode::Compressed), [true; 4]);
         assert_eq!(compressed(MovementMode::Mixed), [false, true, false, true]);

@@ -282,7 +282,13 @@ impl Decompressed {
     /// The plain movement message this one stands for (`timestamp` the unwrapped one,
     /// `velocity_tier` the tier it was packed with).
     pub fn to_movement(&self) -> crate::pb::Movement {
-        let v = |a: [f32; 3]| Some(crate::pb::Vec3 { x: a[0], y: a[1], z: a[2] });
+        let v = |a: [f32; 3]| {
+            Some(crate::pb::Vec3 {
+                x: a[0],
+                y: a[1],
+                z: a[2],
+            })
+        };
         let p = &self.pose;
         let head = p.head.unwrap_or_default();
         crate::pb::Movement {
@@ -330,7 +336,11 @@ pub fn tier_speed(
         _ => 0.0,
     };
     let s = travelled.max(own);
-    if s.is_finite() { s } else { VELOCITY_TIERS[3].velocity_range }
+    if s.is_finite() {
+        s
+    } else {
+        VELOCITY_TIERS[3].velocity_range
+    }
 }
 
 /// A sender of compressed movement: packs each `plaza.v1.Movement` with the velocity tier
@@ -437,7 +447,8 @@ impl MovementCodec {
     pub fn compress_movement(&self, m: &crate::pb::Movement, tier: u8) -> Compressed {
         let mut c = self.compress(&Pose::from(m), m.timestamp, tier);
         if !m.head_ik_yaw_enabled {
-            c.head_sync_data &= !((1 << 13) | (mask(HEAD_ROTATION_BITS) as u32) << HEAD_ROTATION_BITS);
+            c.head_sync_data &=
+                !((1 << 13) | (mask(HEAD_ROTATION_BITS) as u32) << HEAD_ROTATION_BITS);
         }
         if !m.head_ik_pitch_enabled {
             c.head_sync_data &= !((1 << 12) | mask(HEAD_ROTATION_BITS) as u32);
@@ -765,7 +776,13 @@ mod tests {
     }
 
     fn movement(pos: [f32; 3], vel: [f32; 3], t: f64) -> crate::pb::Movement {
-        let v = |a: [f32; 3]| Some(crate::pb::Vec3 { x: a[0], y: a[1], z: a[2] });
+        let v = |a: [f32; 3]| {
+            Some(crate::pb::Vec3 {
+                x: a[0],
+                y: a[1],
+                z: a[2],
+            })
+        };
         crate::pb::Movement {
             position: v(pos),
             velocity: v(vel),
@@ -855,7 +872,10 @@ mod tests {
         let mut jump = movement([500.0, 0.0, 0.0], [0.0; 3], 4.4);
         jump.is_instant = true;
         assert_eq!(s.encode(&jump).1.tier, 0);
-        assert_eq!(s.encode(&movement([510.0, 0.0, 0.0], [0.0; 3], 4.4)).1.tier, 0);
+        assert_eq!(
+            s.encode(&movement([510.0, 0.0, 0.0], [0.0; 3], 4.4)).1.tier,
+            0
+        );
         // After a reset the next message is a first one.
         s.reset();
         assert_eq!(s.encode(&movement([0.0; 3], [0.0; 3], 9.0)).1.tier, 0);

@@ -8,8 +8,8 @@
 
 use std::time::{Duration, Instant};
 
-use plaza_client::tokio::{Client, ClientOptions, Polled};
 use plaza_client::Event;
+use plaza_client::tokio::{Client, ClientOptions, Polled};
 use plaza_proto::pb;
 use plaza_tests::{start_plaza, test_config, ws_url};
 
@@ -187,8 +187,15 @@ async fn clients_moving_with_compressed_movement_see_each_other() {
     sc.close().await;
 
     for (name, r) in [("walker", &w), ("stander", &s)] {
-        assert!(r.corrections.is_empty(), "{name}: every compressed move accepted: {:?}", r.corrections);
-        assert!(r.instant_first, "{name}: the placement travelled as is_instant");
+        assert!(
+            r.corrections.is_empty(),
+            "{name}: every compressed move accepted: {:?}",
+            r.corrections
+        );
+        assert!(
+            r.instant_first,
+            "{name}: the placement travelled as is_instant"
+        );
         let own = r.own.expect("an own state");
         for i in [0, 2] {
             assert!(
@@ -219,7 +226,9 @@ async fn clients_moving_with_compressed_movement_see_each_other() {
     // pose: within the contact offset), with the head yaw only (pitch disabled reads 0).
     for (viewer, other) in [("stander", (&s, &w)), ("walker", (&w, &s))] {
         let (v, o) = other;
-        let (seen, head) = v.other_seen.unwrap_or_else(|| panic!("{viewer} sees the other"));
+        let (seen, head) = v
+            .other_seen
+            .unwrap_or_else(|| panic!("{viewer} sees the other"));
         for i in [0, 2] {
             assert!(
                 (seen[i] - o.last_sent[i]).abs() < 0.03,
@@ -234,8 +243,14 @@ async fn clients_moving_with_compressed_movement_see_each_other() {
     // The walker went 2.1 + 3.5 + 7 m, the other 1.5 m.
     // (A leg ends at the first move past its time: up to one move's step longer.)
     let went = w.last_sent[0] - w.spawn[0];
-    assert!((12.5..14.0).contains(&went), "the walker went {went} m: {w:?}");
+    assert!(
+        (12.5..14.0).contains(&went),
+        "the walker went {went} m: {w:?}"
+    );
     let went = s.last_sent[0] - s.spawn[0];
-    assert!((1.45..1.7).contains(&went), "the other went {went} m: {s:?}");
+    assert!(
+        (1.45..1.7).contains(&went),
+        "the other went {went} m: {s:?}"
+    );
     plaza.shutdown().await;
 }
