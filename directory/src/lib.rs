@@ -2,7 +2,7 @@
 //!
 //! The cluster directory of Plaza: who is online (presence), which node hosts which room
 //! (placement with single activation), which nodes are alive (node registry), the durable consent
-//! audit log, and handoff snapshots for drains.
+//! audit log, and handoff states for drains.
 //!
 //! It does **not** run timers: owners renew their leases and someone calls [`Directory::sweep`]
 //! periodically (the sweeper is the source of truth for ghost cleanup; keyspace notifications are
@@ -226,16 +226,16 @@ pub trait Directory: Send + Sync + 'static {
         limit: usize,
     ) -> Result<Vec<AuditRecord>, DirectoryError>;
 
-    // === handoff snapshots (drain) ===
+    // === handoff states (drain) ===
 
-    /// Stores an opaque handoff snapshot for `room`, fenced by `epoch` (replaces an older one).
+    /// Stores an opaque handoff state for `room`, fenced by `epoch` (replaces an older one).
     async fn put_handoff(
         &self,
         room: &str,
         epoch: Epoch,
         state: Vec<u8>,
     ) -> Result<(), DirectoryError>;
-    /// Removes and returns the room's handoff snapshot with the epoch that wrote it.
+    /// Removes and returns the room's handoff state with the epoch that wrote it.
     async fn take_handoff(&self, room: &str) -> Result<Option<(Epoch, Vec<u8>)>, DirectoryError>;
 
     // === resume tokens (a client comes back through any gateway) ===
@@ -290,7 +290,7 @@ pub const MAX_TTL_MS: u64 = 86_400_000;
 pub const MAX_AUDIT_DETAIL: usize = 64 * 1024;
 /// Most records one [`Directory::audit_read`] returns.
 pub const MAX_AUDIT_READ: usize = 10_000;
-/// Largest accepted handoff snapshot in bytes.
+/// Largest accepted handoff state in bytes.
 pub const MAX_HANDOFF_BYTES: usize = 64 * 1024 * 1024;
 /// Most wallet ids accepted in a [`Directory::peers`] filter.
 pub const MAX_PEERS_FILTER: usize = 10_000;
@@ -358,7 +358,7 @@ pub(crate) mod validate {
 
     pub(crate) fn handoff(state: &[u8]) -> Result<(), DirectoryError> {
         if state.len() > crate::MAX_HANDOFF_BYTES {
-            return Err(DirectoryError::Invalid("handoff snapshot too large".into()));
+            return Err(DirectoryError::Invalid("handoff state too large".into()));
         }
         Ok(())
     }

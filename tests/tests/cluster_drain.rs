@@ -1,6 +1,6 @@
 //! Multi-process drain: Redis + 3 nodes + 1 gateway (separate processes), bots in this
 //! process. One node gets SIGTERM mid-run: it marks itself draining, stores each room's handoff
-//! snapshot in the directory, stops its rooms and exits once empty; the gateway moves every
+//! state in the directory, stops its rooms and exits once empty; the gateway moves every
 //! session to the rooms' next activations without a client disconnect. Two test clients in a
 //! room of the drained node hold a prop and hands before the drain: after it, on another node,
 //! the prop is still held by the same avatar and the hand-hold is still active. No bot is lost,
@@ -203,6 +203,6 @@ async fn drain(opts: ClusterOpts, prefix: &str) {
     let sum = assert_fault_held("drain", &report, &c.event_logs());
     assert!(
         sum.handoffs_taken >= moved_rooms.len(),
-        "every moved room took its handoff snapshot: {sum:?}"
+        "every moved room took its handoff state: {sum:?}"
     );
 }

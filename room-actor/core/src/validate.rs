@@ -279,7 +279,7 @@ mod tests {
             (at[0] - p.position[0] - POINT_AT_MAX_M).abs() < 1e-3,
             "{at:?}"
         );
-        // The snapshot holds only finite numbers and restores every member.
+        // The saved state holds only finite numbers and restores every member.
         let snap = room.save_state();
         assert!(snap.members.iter().all(|m| pose_is_finite(&m.pose)));
         let mut fresh = Room::new("r", RoomConfig::default());

@@ -1,4 +1,4 @@
--- Room. Removes and returns the handoff snapshot.
+-- Room. Removes and returns the handoff state.
 local f = redis.call('HMGET', K_HANDOFF, 'era', 'counter', 'state')
 if not f[1] then return {'none'} end
 redis.call('DEL', K_HANDOFF)
