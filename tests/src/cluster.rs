@@ -809,7 +809,7 @@ fn now_ms() -> u64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64)
 }
-
+/// Polls the async condition `f` every 50 ms until it holds or `timeout` passes; returns how
 /// long it took, or `None` on timeout.
 pub async fn wait_until<F, Fut>(timeout: Duration, mut f: F) -> Option<Duration>
 where

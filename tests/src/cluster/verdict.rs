@@ -145,8 +145,6 @@ pub fn assert_fault_held(
     sum
 }
 
-/// Polls the async condition `f` every 50 ms until it holds or `timeout` passes; returns how
-
 #[cfg(test)]
 mod tests {
     use super::*;
