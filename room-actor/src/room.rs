@@ -1,9 +1,10 @@
 //! The room actor: a ractor shell around one [`plaza_room_core::Room`].
 //!
 //! The actor owns the room, the outbound channel of every attached session, and a ticker task
-//! that wakes it at the simulation rate. On each wake it runs as many fixed steps as wall time
-//! says are due (at most `max_catch_up` of them; the rest are counted as overruns and skipped),
-//! then delivers what the steps produced. It stops itself after it has been empty for the grace
+//! that wakes it at the simulation rate. On each wake it calls [`Room::advance`] with the time
+//! since the activation started (the core runs the steps and the broadcast that are due, at most
+//! `max_catch_up` steps; the rest are counted as overruns and skipped), then delivers what they
+//! produced. It stops itself after it has been empty for the grace
 //! period; its supervisor ([`crate::supervisor`]) then forgets it.
 //!
 //! Sending to a session never blocks the room: the channel to the gRPC stream is bounded, a full
@@ -18,7 +19,7 @@ use plaza_directory::{Epoch, PresenceEntry, Renewal, RoomLease, SharedDirectory,
 use plaza_node_proto::{self as node, NodeOutbound, node_outbound};
 use plaza_proto::pb::{self, server_envelope};
 use plaza_proto::quant::Pose;
-use plaza_room_core::{JoinRefusal, Outbound, RejectReason, Room, SessionId};
+use plaza_room_core::{Due, JoinRefusal, Outbound, RejectReason, Room, SessionId};
 use prost::Message as _;
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use tokio::sync::mpsc;
@@ -221,8 +222,6 @@ pub struct RoomState {
     links: HashMap<SessionId, Link>,
     ticker: JoinHandle<()>,
     started: Instant,
-    steps_done: u64,
-    broadcasts_done: u64,
     empty_since: Option<Instant>,
     out: Vec<Outbound>,
     /// Room stats already exported to metrics, to export deltas.
@@ -241,8 +240,6 @@ pub struct RoomState {
     /// Handed-off members restored from the previous activation, by session, until they
     /// re-attach or their grace runs out.
     awaited: HashMap<SessionId, Awaited>,
-    /// Room time the restored state stopped at, ms (0 for a fresh room): steps continue from it.
-    time_base_ms: u64,
     /// The handoff state was taken: nothing changes any more.
     frozen: bool,
     /// Since when ticks are withheld because the lease's local deadline passed.
@@ -356,9 +353,10 @@ impl Actor for RoomActor {
         });
         args.metrics.rooms.inc();
         let mut room = Room::new(args.room_id.clone(), args.cfg.room.clone());
-        let (awaited, time_base_ms, last_audit_seq) = match &args.handoff {
+        room.set_max_catch_up(args.cfg.max_catch_up);
+        let (awaited, last_audit_seq) = match &args.handoff {
             Some((writer, bytes)) => restore_handoff(&mut room, &args, *writer, bytes).await,
-            None => (HashMap::new(), 0, 0),
+            None => (HashMap::new(), 0),
         };
         Ok(RoomState {
             room,
@@ -371,8 +369,6 @@ impl Actor for RoomActor {
             links: HashMap::new(),
             ticker,
             started,
-            steps_done: 0,
-            broadcasts_done: 0,
             empty_since: awaited.is_empty().then(Instant::now),
             out: Vec::new(),
             exported: Default::default(),
@@ -383,7 +379,6 @@ impl Actor for RoomActor {
             directory: args.directory,
             activation: args.activation,
             awaited,
-            time_base_ms,
             frozen: false,
             withheld_since: None,
             lease_ttl: args.lease.ttl(),
@@ -742,56 +737,41 @@ impl RoomState {
             .send(PresenceOp::Checkpoint(self.handoff_bytes()));
     }
 
-    /// Runs the steps and the broadcast wall time says are due (at least one step if `force`).
+    /// Runs the steps and the broadcast wall time says are due (at least one step, and no
+    /// broadcast, if `force`): the room core's schedule ([`Room::advance`]).
     async fn run_due(&mut self, force: bool) -> Result<(), ActorProcessingErr> {
         let t0 = std::time::Instant::now();
-        let elapsed_ms = self.started.elapsed().as_secs_f64() * 1000.0;
-        let step_ms = 1000.0 / f64::from(self.cfg.room.tick_hz.max(1));
-        let bcast_ms = 1000.0 / f64::from(self.cfg.room.broadcast_hz.max(1));
-        let due = (elapsed_ms / step_ms) as u64;
-        let mut n = due.saturating_sub(self.steps_done);
-        let cap = u64::from(self.cfg.max_catch_up.max(1));
-        if n > cap {
-            self.metrics.tick_overruns.inc_by(n - cap);
-            self.steps_done += n - cap;
-            n = cap;
-        }
-        if force && n == 0 {
-            n = 1;
-        }
+        let now = self.started.elapsed();
         let mut out = std::mem::take(&mut self.out);
-        for _ in 0..n {
-            self.steps_done += 1;
-            let now_ms = self.time_base_ms + (self.steps_done as f64 * step_ms) as u64;
-            self.room.simulate(now_ms, &mut out);
-            if let Some(rec) = self.poses.as_mut() {
-                let room = &self.room;
+        let (poses, links, room_id) = (&mut self.poses, &self.links, &self.room_id);
+        let on_step = |room: &Room, now_ms: u64| {
+            if let Some(rec) = poses.as_mut() {
                 rec.step(
-                    &self.room_id,
+                    room_id,
                     room.tick(),
                     now_ms,
-                    self.links
+                    links
                         .keys()
                         .filter_map(|s| Some((room.entity_of(*s)?, room.pose_of(*s)?))),
                 );
             }
+        };
+        let due = if force { Due::Final } else { Due::Scheduled };
+        let advanced = self.room.advance_with(now, due, &mut out, on_step);
+        if advanced.skipped > 0 {
+            self.metrics.tick_overruns.inc_by(advanced.skipped);
         }
         if let Some(rec) = self.poses.as_mut() {
             rec.flush();
         }
-        let due_bcast = (elapsed_ms / bcast_ms) as u64;
-        let broadcast = !force && due_bcast > self.broadcasts_done;
-        if broadcast {
-            // Missed broadcasts are not replayed: one frame of the latest state replaces them.
-            self.broadcasts_done = due_bcast;
-            self.room.broadcast(&mut out);
-        }
-        if n > 0 || broadcast {
+        let broadcast = advanced.broadcast;
+        if advanced.ran() {
             let took = t0.elapsed().as_secs_f64();
             self.metrics.tick_duration.observe(took);
             self.admin.ticks.record(took);
         }
         if broadcast {
+            let elapsed_ms = now.as_secs_f64() * 1000.0;
             self.admin
                 .bytes
                 .record(elapsed_ms as u64, self.room.stats().frame_bytes);
@@ -1511,8 +1491,8 @@ pub fn unix_ms() -> u64 {
 }
 
 /// Restores the room from a handoff state written by the activation of epoch `writer`;
-/// returns the handed-off members to wait for, the room time to continue from and the audit
-/// sequence number the room's log stands at. A handoff that does not decode is logged and
+/// returns the handed-off members to wait for and the audit sequence number the room's log
+/// stands at (the room's steps continue from the restored room time, [`Room::restore`]). A handoff that does not decode is logged and
 /// skipped: the room starts fresh and resumed sessions join with the entity their gateway
 /// remembers.
 ///
@@ -1527,17 +1507,17 @@ async fn restore_handoff(
     args: &RoomArgs,
     writer: Epoch,
     bytes: &[u8],
-) -> (HashMap<SessionId, Awaited>, u64, u64) {
+) -> (HashMap<SessionId, Awaited>, u64) {
     let h = match crate::handoff::decode(&args.room_id, bytes) {
         Ok(h) => h,
         Err(e) => {
             tracing::warn!(room = %args.room_id, error = %e, "handoff state not usable; the room starts fresh");
             args.metrics.placement("handoff_unusable");
-            return (HashMap::new(), 0, 0);
+            return (HashMap::new(), 0);
         }
     };
     let Some(mut snap) = h.room else {
-        return (HashMap::new(), 0, h.audit_seq);
+        return (HashMap::new(), h.audit_seq);
     };
     let last_audit_seq = match read_audit_after(args, h.audit_seq).await {
         Ok(records) => {
@@ -1556,7 +1536,6 @@ async fn restore_handoff(
             h.audit_seq
         }
     };
-    let now_ms = snap.now_ms;
     let sessions: Vec<SessionId> = snap.members.iter().map(|m| m.session).collect();
     let audited_open = snap.consents.clone();
     let dropped = room.restore(snap);
@@ -1616,7 +1595,7 @@ async fn restore_handoff(
         }
     }
     tracing::info!(room = %args.room_id, members = awaited.len(), "room state restored from the handoff state");
-    (awaited, now_ms, last_audit_seq)
+    (awaited, last_audit_seq)
 }
 
 /// Most audit records read to bring a checkpoint up to date (pages of 1,000).

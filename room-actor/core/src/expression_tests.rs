@@ -64,7 +64,7 @@ fn steps(room: &mut Room, now: &mut u64, n: usize, clients: &mut Clients) -> Vec
     for _ in 0..n {
         let mut out = Vec::new();
         *now += 20;
-        room.step(*now, &mut out);
+        room.advance(crate::test_support::ms(*now), &mut out);
         clients.feed(&out);
         all.extend(out);
     }

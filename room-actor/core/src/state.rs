@@ -198,6 +198,8 @@ impl Room {
         self.tick = snap.tick;
         self.now_ms = snap.now_ms;
         self.broadcast_acc = snap.broadcast_acc;
+        // The next activation's steps continue from the restored time (`Room::advance`).
+        self.schedule.rebase(snap.now_ms);
         self.room_seq = snap.room_seq;
         self.audit_seq = snap.audit_seq;
         let mut entities = BTreeSet::new();

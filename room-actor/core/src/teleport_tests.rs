@@ -62,7 +62,7 @@ fn step(
 ) -> Vec<Outbound> {
     let mut out = Vec::new();
     *now += 20;
-    room.step(*now, &mut out);
+    room.advance(crate::test_support::ms(*now), &mut out);
     feed(&out, decoders);
     out
 }

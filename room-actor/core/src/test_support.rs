@@ -1,5 +1,7 @@
 //! Helpers shared by the core's test modules.
 
+use std::time::Duration;
+
 use crate::events::{EventBody, Refusal};
 use crate::{Outbound, SessionId};
 
@@ -17,4 +19,9 @@ pub(crate) fn refusals(out: &[Outbound]) -> Vec<(SessionId, u32, Refusal)> {
             _ => None,
         })
         .collect()
+}
+
+/// `ms` milliseconds since the activation started: the time [`crate::Room::advance`] takes.
+pub(crate) fn ms(ms: u64) -> Duration {
+    Duration::from_millis(ms)
 }

@@ -2,6 +2,7 @@ use plaza_proto::frame::FrameDecoder;
 use plaza_proto::quant::POSITION_ERROR_M;
 
 use super::*;
+use crate::test_support::ms;
 
 fn mv(seq: u32, x: f32, z: f32, t: f64) -> Input {
     Input::Move(MoveInput {
@@ -29,7 +30,7 @@ fn step_until_broadcast(
     for _ in 0..5 {
         let mut out = Vec::new();
         *now += 20;
-        room.step(*now, &mut out);
+        room.advance(ms(*now), &mut out);
         let broadcast = out.iter().any(|o| matches!(o, Outbound::Frame { .. }));
         for o in &out {
             if let Outbound::Frame { session, bytes, .. } = o {
@@ -253,7 +254,7 @@ fn same_inputs_give_the_same_bytes() {
 
 // === interactions, consent, emotes, scenes through the Room ===
 
-use crate::consent::{ConsentKind, ConsentState};
+use crate::consent::{ConsentKind, ConsentOp, ConsentState};
 use crate::emotes::EmoteRequest;
 use crate::events::{EventBody, PropChange, Refusal};
 use crate::interactions::{InteractionKind, InteractionRequest, PROP_KIND, prop_entity};
@@ -282,7 +283,7 @@ fn room_with(n: u64, cfg: RoomConfig) -> (Room, u64) {
 fn step(room: &mut Room, now: &mut u64) -> Vec<Outbound> {
     let mut out = Vec::new();
     *now += 20;
-    room.step(*now, &mut out);
+    room.advance(ms(*now), &mut out);
     out
 }
 

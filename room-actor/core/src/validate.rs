@@ -226,7 +226,7 @@ mod tests {
         for _ in 0..5 {
             let mut out = Vec::new();
             *now += 20;
-            room.step(*now, &mut out);
+            room.advance(crate::test_support::ms(*now), &mut out);
             all.extend(corrections(&out));
         }
         all
