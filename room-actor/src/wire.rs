@@ -245,12 +245,21 @@ pub(crate) fn event(e: &RoomEvent) -> pb::Event {
             tick,
             game_state,
             client_state,
+            members,
+            master_entity,
         } => K::SceneSync(pb::SceneSync {
             scene_id: scene.clone(),
             tick: *tick,
             game_state: game_state.clone().into(),
             client_state: client_state.as_str().to_owned(),
-            ..Default::default()
+            members: members
+                .iter()
+                .map(|(entity, state)| pb::SceneMember {
+                    entity_id: *entity,
+                    client_state: state.as_str().to_owned(),
+                })
+                .collect(),
+            master_entity: *master_entity,
         }),
         EventBody::SceneClient {
             scene,
@@ -266,6 +275,8 @@ pub(crate) fn event(e: &RoomEvent) -> pb::Event {
                 SceneClientEvent::CaughtUp => pb::SceneClientEventKind::CaughtUp,
                 SceneClientEvent::ClientLeft => pb::SceneClientEventKind::ClientLeft,
                 SceneClientEvent::MasterChanged => pb::SceneClientEventKind::MasterChanged,
+                SceneClientEvent::SyncRetry => pb::SceneClientEventKind::SyncRetry,
+                SceneClientEvent::Alone => pb::SceneClientEventKind::Alone,
             } as i32,
             client_state: state.as_str().to_owned(),
             tick: 0,

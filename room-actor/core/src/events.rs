@@ -105,9 +105,13 @@ pub enum EventBody {
         game_state: Vec<u8>,
         /// The recipient's client state.
         client_state: SceneClientState,
+        /// The scene's clients (entity, state) in join order, the recipient included.
+        members: Vec<(u32, SceneClientState)>,
+        /// The master's entity (0: none).
+        master_entity: u32,
     },
     /// A scene membership event (`SceneClientEvent`): ClientJoined, BeginCatchUp, CaughtUp,
-    /// ClientLeft, MasterChanged.
+    /// ClientLeft, MasterChanged, SyncRetry, Alone.
     SceneClient {
         /// The scene.
         scene: String,

@@ -5,28 +5,44 @@
 //! applied them, in the order it received them) and sends every synced client of the scene one
 //! [`EventBody::SceneTick`] per tick that has actions, at the end of that tick's step. A
 //! `SceneTick` for tick `t` also means every tick before `t` is complete; when nothing happens
-//! the room still sends an empty tick every `heartbeat_ticks` so clients can run ahead. With one
-//! client the action comes straight back at the end of the same step (single-player mode needs
-//! no special case: the room never waits for anyone).
+//! the room still sends an empty tick every `heartbeat_ticks` so clients can run ahead. Tick
+//! numbers of a scene only go up: actions that arrive in a tick whose `SceneTick` already went
+//! (see the single-player fast path) are ordered onto the next tick.
+//!
+//! # Single-player fast path (seed 001's single-player mode)
+//! While a scene has exactly one client, that client is told so ([`SceneClientEvent::Alone`],
+//! on joining an empty scene and whenever the others have left) and its first action of a tick
+//! comes back at once, as that tick's `SceneTick`, when the room applies it (not at the end of
+//! the step); more actions in the same tick come with the next tick. They are logged like any
+//! other, for the next joiner. A second client joining ends the fast path (its `ClientJoined`
+//! says so).
 //!
 //! # Late joiners
 //! The room keeps the last game state the scene's **master client** reported (`SceneState`, with
 //! the tick it was captured after) and the ordered action log since that tick (bounded by
 //! `max_log_actions`). The scene starts with an empty state at the tick before its first client
 //! joined, so until the log overflows a late joiner can always be served at once:
-//! 1. join: the joiner is `waiting_for_late_joiner_sync`; every client gets `ClientJoined`;
-//! 2. the room sends the joiner `SceneSync` (state and its tick) and every logged `SceneTick`
-//!    after it; the joiner is `catching_up` and every client gets `BeginCatchUp`;
+//! 1. join: the joiner is `waiting_for_late_joiner_sync` (nobody is told yet);
+//! 2. the room sends the joiner `SceneSync` (state and its tick, the scene's roster with every
+//!    client's state, and the master's entity) and every logged `SceneTick` after it; the
+//!    joiner is `catching_up`, and only now, with its data, every client gets `ClientJoined`
+//!    and then `BeginCatchUp`;
 //! 3. once it has run them, the joiner sends `CaughtUp`: it is `normal`, everyone gets
 //!    `CaughtUp`.
 //!
 //! When the log holds more than half its bound, the room asks the master for a fresh state
 //! ([`EventBody::SceneStateRequest`]); a reported state trims the log. If the log had to drop
-//! actions the state does not cover, joiners wait until a newer state arrives. A client that
-//! leaves raises `ClientLeft`; if it was the master, the lowest session running live (else the
-//! lowest catching up, whose later `CaughtUp` leaves it master) becomes master
-//! (`MasterChanged`). A scene with no client left is forgotten; if only
-//! unsynced joiners remain, the first of them restarts the scene from an empty state.
+//! actions the state does not cover, joiners wait until a newer state arrives, but never
+//! forever: when the master has not answered a request within `state_timeout_ticks`, every
+//! waiting joiner is told ([`SceneClientEvent::SyncRetry`]) and the room asks again; after
+//! `max_state_retries` unanswered requests the master is replaced by the lowest other client
+//! running live or catching up (`MasterChanged`; the old master is `normal`) and the new master
+//! is asked; with no other client to ask, the waiting joiners are dropped from the scene
+//! (`ClientLeft`, they may join again). A client that leaves raises `ClientLeft`; if it was the
+//! master, the lowest session running live (else the lowest catching up, whose later
+//! `CaughtUp` leaves it master) becomes master (`MasterChanged`) and is asked for the state if
+//! a joiner needs it. A scene with no client left is forgotten; if only unsynced joiners
+//! remain, the first of them restarts the scene from an empty state.
 //!
 //! Waiting joiners may not send actions (they would act on a state they do not have); catching
 //! up ones may (their actions run after everything they are catching up on).
@@ -77,6 +93,11 @@ pub enum SceneClientEvent {
     ClientLeft,
     /// A client became master.
     MasterChanged,
+    /// To a waiting joiner: the master did not answer the state request in time; the room asks
+    /// again (or asks a new master).
+    SyncRetry,
+    /// To the only client of a scene: its actions apply at once (the single-player fast path).
+    Alone,
 }
 
 /// What a member does in a scene.
@@ -116,6 +137,11 @@ pub struct SceneConfig {
     pub max_state_bytes: usize,
     /// An empty `SceneTick` after this many ticks without one.
     pub heartbeat_ticks: u64,
+    /// Ticks the master has to answer a state request a joiner waits for (150: 3 s at 50 Hz).
+    pub state_timeout_ticks: u64,
+    /// Unanswered state requests before another client is made master (or, with none, the
+    /// waiting joiners are dropped).
+    pub max_state_retries: u32,
 }
 
 impl Default for SceneConfig {
@@ -128,6 +154,8 @@ impl Default for SceneConfig {
             max_log_actions: 4096,
             max_state_bytes: 256 * 1024,
             heartbeat_ticks: 10,
+            state_timeout_ticks: 150,
+            max_state_retries: 3,
         }
     }
 }
@@ -168,6 +196,20 @@ pub type SceneOut = (Vec<SessionId>, EventBody);
 pub struct Scenes {
     cfg: SceneConfig,
     scenes: BTreeMap<String, Scene>,
+    /// Per scene: the joiners' wait for a state (not saved: a restored scene's wait starts
+    /// again at its first tick).
+    waits: BTreeMap<String, StateWait>,
+    /// Per scene: sessions in join order (not saved: restored clients come first, by session).
+    order: BTreeMap<String, Vec<SessionId>>,
+}
+
+/// A state request joiners wait for.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct StateWait {
+    /// The tick the last request went.
+    asked_at: u64,
+    /// Requests that went unanswered.
+    retries: u32,
 }
 
 impl Scene {
@@ -210,7 +252,8 @@ impl Scene {
     }
 
     /// Send every waiting joiner the state and the log, if the log reaches back to the state.
-    fn sync_waiting(&mut self, id: &str, out: &mut Vec<SceneOut>) {
+    /// `order`: the scene's sessions in join order.
+    fn sync_waiting(&mut self, id: &str, order: &[SessionId], out: &mut Vec<SceneOut>) {
         if !self.log_covers_state() {
             return;
         }
@@ -221,6 +264,8 @@ impl Scene {
             .map(|(s, (e, _))| (*s, *e))
             .collect();
         for (session, entity) in waiting {
+            self.clients
+                .insert(session, (entity, SceneClientState::CatchingUp));
             out.push((
                 vec![session],
                 EventBody::SceneSync {
@@ -228,6 +273,8 @@ impl Scene {
                     tick: self.state_tick,
                     game_state: self.state.clone(),
                     client_state: SceneClientState::CatchingUp,
+                    members: self.members(order),
+                    master_entity: self.master_entity(),
                 },
             ));
             for (tick, actions) in &self.log {
@@ -240,9 +287,16 @@ impl Scene {
                     },
                 ));
             }
-            self.clients
-                .insert(session, (entity, SceneClientState::CatchingUp));
             self.catching_up.insert(session);
+            // Seed 001: OnClientJoined runs when the joiner has its data.
+            self.client_event(
+                id,
+                entity,
+                SceneClientEvent::ClientJoined,
+                SceneClientState::CatchingUp,
+                None,
+                out,
+            );
             self.client_event(
                 id,
                 entity,
@@ -251,6 +305,80 @@ impl Scene {
                 None,
                 out,
             );
+        }
+    }
+
+    /// Every client's entity and state, in join order (`order`; clients it does not list, as
+    /// after a restore, first by session).
+    fn members(&self, order: &[SessionId]) -> Vec<(u32, SceneClientState)> {
+        let listed: BTreeSet<SessionId> = order.iter().copied().collect();
+        self.clients
+            .iter()
+            .filter(|(s, _)| !listed.contains(s))
+            .map(|(s, _)| *s)
+            .chain(order.iter().copied())
+            .filter_map(|s| self.clients.get(&s).copied())
+            .collect()
+    }
+
+    /// The master's entity (0: none).
+    fn master_entity(&self) -> u32 {
+        self.master()
+            .and_then(|s| self.clients.get(&s))
+            .map_or(0, |(e, _)| *e)
+    }
+
+    fn has_waiting(&self) -> bool {
+        self.clients
+            .values()
+            .any(|(_, s)| *s == SceneClientState::WaitingForLateJoinerSync)
+    }
+
+    /// Whether the scene's one client may take the fast path in `tick`.
+    fn alone_in(&self, tick: u64) -> bool {
+        self.clients.len() == 1 && tick > self.last_sent_tick
+    }
+
+    /// Appends `tick`'s actions to the log (merging with a logged entry of the same tick) and
+    /// keeps it within its bound; asks the master for a state when it is over half full.
+    fn log_tick(
+        &mut self,
+        id: &str,
+        tick: u64,
+        actions: TickActions,
+        cfg: &SceneConfig,
+        out: &mut Vec<SceneOut>,
+    ) {
+        self.log_actions += actions.len();
+        match self.log.back_mut() {
+            Some((t, a)) if *t == tick => a.extend(actions),
+            _ => self.log.push_back((tick, actions)),
+        }
+        while self.log_actions > cfg.max_log_actions {
+            let Some((t, a)) = self.log.pop_front() else {
+                break;
+            };
+            self.log_actions -= a.len();
+            self.dropped_upto = t;
+        }
+        if self.log_actions > cfg.max_log_actions / 2 && !self.state_requested {
+            request_state(self, id, out);
+        }
+    }
+
+    fn alone_event(&self, id: &str, out: &mut Vec<SceneOut>) {
+        if let Some((s, (e, st))) = self.clients.iter().next()
+            && self.clients.len() == 1
+        {
+            out.push((
+                vec![*s],
+                EventBody::SceneClient {
+                    scene: id.to_owned(),
+                    entity: *e,
+                    event: SceneClientEvent::Alone,
+                    state: *st,
+                },
+            ));
         }
     }
 
@@ -268,6 +396,8 @@ impl Scenes {
         Self {
             cfg,
             scenes: BTreeMap::new(),
+            waits: BTreeMap::new(),
+            order: BTreeMap::new(),
         }
     }
 
@@ -279,6 +409,8 @@ impl Scenes {
     /// Replace the state (restore).
     pub fn restore(&mut self, scenes: BTreeMap<String, Scene>) {
         self.scenes = scenes;
+        self.waits.clear();
+        self.order.clear();
     }
 
     /// Apply one op by `session` (avatar `entity`) during `tick`.
@@ -306,6 +438,9 @@ impl Scenes {
             if scene.clients.contains_key(&session) {
                 return Err(Refusal::AlreadyInScene);
             }
+            let order = self.order.entry(id.to_owned()).or_default();
+            order.retain(|s| scene.clients.contains_key(s));
+            order.push(session);
             if scene.clients.is_empty() {
                 scene
                     .clients
@@ -317,6 +452,8 @@ impl Scenes {
                         tick: scene.state_tick,
                         game_state: scene.state.clone(),
                         client_state: SceneClientState::Master,
+                        members: scene.members(order),
+                        master_entity: entity,
                     },
                 ));
                 scene.client_event(
@@ -327,23 +464,25 @@ impl Scenes {
                     None,
                     &mut out,
                 );
+                scene.alone_event(id, &mut out);
                 return Ok(out);
             }
             scene.clients.insert(
                 session,
                 (entity, SceneClientState::WaitingForLateJoinerSync),
             );
-            scene.client_event(
-                id,
-                entity,
-                SceneClientEvent::ClientJoined,
-                SceneClientState::WaitingForLateJoinerSync,
-                None,
-                &mut out,
-            );
-            scene.sync_waiting(id, &mut out);
-            if !scene.log_covers_state() && !scene.state_requested {
-                request_state(scene, id, &mut out);
+            scene.sync_waiting(id, order, &mut out);
+            if scene.has_waiting() {
+                // A joiner waits for a state: ask now (again, if an older request is
+                // outstanding) and time the answer from here.
+                let wait = self.waits.entry(id.to_owned()).or_default();
+                if !scene.state_requested || wait.asked_at == 0 {
+                    request_state(scene, id, &mut out);
+                    *wait = StateWait {
+                        asked_at: tick.max(1),
+                        retries: 0,
+                    };
+                }
             }
             return Ok(out);
         }
@@ -381,10 +520,32 @@ impl Scenes {
                 if payload.len() > self.cfg.max_payload_bytes {
                     return Err(Refusal::TooLarge);
                 }
-                if scene.current.len() >= self.cfg.max_actions_per_tick {
+                // This tick's actions: those waiting for its end, and those the fast path
+                // already sent in it.
+                let sent_now = match scene.log.back() {
+                    Some((t, a)) if *t == tick && scene.last_sent_tick == tick => a.len(),
+                    _ => 0,
+                };
+                if scene.current.len() + sent_now >= self.cfg.max_actions_per_tick {
                     return Err(Refusal::TickFull);
                 }
-                scene.current.push((entity, payload));
+                if scene.alone_in(tick) {
+                    // The single-player fast path: back at once, as this tick's SceneTick.
+                    let actions = vec![(entity, payload)];
+                    scene.last_sent_tick = tick;
+                    out.push((
+                        vec![session],
+                        EventBody::SceneTick {
+                            scene: id.to_owned(),
+                            tick,
+                            actions: actions.clone(),
+                        },
+                    ));
+                    let cfg = self.cfg;
+                    scene.log_tick(id, tick, actions, &cfg, &mut out);
+                } else {
+                    scene.current.push((entity, payload));
+                }
             }
             SceneOp::State {
                 tick: at,
@@ -407,7 +568,20 @@ impl Scenes {
                         scene.log_actions -= a.len();
                     }
                 }
-                scene.sync_waiting(id, &mut out);
+                self.waits.remove(id);
+                let order = self.order.get(id).map_or(&[][..], Vec::as_slice);
+                scene.sync_waiting(id, order, &mut out);
+                if scene.has_waiting() {
+                    // Still older than the log reaches: ask for a newer one.
+                    request_state(scene, id, &mut out);
+                    self.waits.insert(
+                        id.to_owned(),
+                        StateWait {
+                            asked_at: tick.max(1),
+                            retries: 0,
+                        },
+                    );
+                }
             }
         }
         Ok(out)
@@ -431,9 +605,17 @@ impl Scenes {
         );
         if scene.clients.is_empty() {
             self.scenes.remove(id);
+            self.waits.remove(id);
+            self.order.remove(id);
             return;
         }
+        if let Some(o) = self.order.get_mut(id) {
+            o.retain(|s| *s != session);
+        }
         if state != SceneClientState::Master {
+            if scene.clients.len() == 1 && !scene.has_waiting() {
+                scene.alone_event(id, out);
+            }
             return;
         }
         // The next master: the lowest session running live, else the lowest catching up.
@@ -458,7 +640,20 @@ impl Scenes {
                     out,
                 );
                 if !scene.log_covers_state() {
+                    // The old master's request died with it: ask the new one, timed afresh.
                     request_state(scene, id, out);
+                    if scene.has_waiting() {
+                        self.waits.insert(
+                            id.to_owned(),
+                            StateWait {
+                                asked_at: scene.last_sent_tick.max(1),
+                                retries: 0,
+                            },
+                        );
+                    }
+                }
+                if scene.clients.len() == 1 {
+                    scene.alone_event(id, out);
                 }
             }
             None => {
@@ -471,7 +666,9 @@ impl Scenes {
                     scene.log_actions = 0;
                     scene.dropped_upto = 0;
                     scene.state_requested = false;
+                    self.waits.remove(id);
                     scene.clients.insert(s, (e, SceneClientState::Master));
+                    let order = self.order.get(id).map_or(&[][..], Vec::as_slice);
                     out.push((
                         vec![s],
                         EventBody::SceneSync {
@@ -479,6 +676,8 @@ impl Scenes {
                             tick: scene.state_tick,
                             game_state: Vec::new(),
                             client_state: SceneClientState::Master,
+                            members: scene.members(order),
+                            master_entity: e,
                         },
                     ));
                     scene.client_event(
@@ -489,7 +688,10 @@ impl Scenes {
                         None,
                         out,
                     );
-                    scene.sync_waiting(id, out);
+                    scene.sync_waiting(id, order, out);
+                    if scene.clients.len() == 1 {
+                        scene.alone_event(id, out);
+                    }
                 }
             }
         }
@@ -514,9 +716,11 @@ impl Scenes {
     pub fn finish_tick(&mut self, tick: u64) -> Vec<SceneOut> {
         let mut out = Vec::new();
         let cfg = self.cfg;
+        let mut overdue = Vec::new();
         for (id, scene) in &mut self.scenes {
             let to = scene.recipients(true);
-            if !scene.current.is_empty() {
+            // Actions of a tick whose SceneTick already went (the fast path) wait for the next.
+            if !scene.current.is_empty() && tick > scene.last_sent_tick {
                 let actions = std::mem::take(&mut scene.current);
                 scene.last_sent_tick = tick;
                 out.push((
@@ -527,19 +731,10 @@ impl Scenes {
                         actions: actions.clone(),
                     },
                 ));
-                scene.log_actions += actions.len();
-                scene.log.push_back((tick, actions));
-                while scene.log_actions > cfg.max_log_actions {
-                    let Some((t, a)) = scene.log.pop_front() else {
-                        break;
-                    };
-                    scene.log_actions -= a.len();
-                    scene.dropped_upto = t;
-                }
-                if scene.log_actions > cfg.max_log_actions / 2 && !scene.state_requested {
-                    request_state(scene, id, &mut out);
-                }
-            } else if tick.saturating_sub(scene.last_sent_tick) >= cfg.heartbeat_ticks {
+                scene.log_tick(id, tick, actions, &cfg, &mut out);
+            } else if scene.current.is_empty()
+                && tick.saturating_sub(scene.last_sent_tick) >= cfg.heartbeat_ticks
+            {
                 scene.last_sent_tick = tick;
                 out.push((
                     to,
@@ -550,8 +745,107 @@ impl Scenes {
                     },
                 ));
             }
+            if scene.has_waiting() && !scene.log_covers_state() {
+                let wait = self.waits.entry(id.clone()).or_default();
+                if wait.asked_at == 0 {
+                    // A restored scene (or one whose request was never timed): time it now.
+                    wait.asked_at = tick.max(1);
+                } else if tick.saturating_sub(wait.asked_at) >= cfg.state_timeout_ticks {
+                    overdue.push(id.clone());
+                }
+            } else {
+                self.waits.remove(id);
+            }
+        }
+        for id in overdue {
+            self.state_overdue(&id, tick, &mut out);
         }
         out
+    }
+
+    /// The master did not answer the state request joiners of `id` wait for in time: tell them,
+    /// ask again; after `max_state_retries` ask another client (made master); with none, drop
+    /// the joiners (they are told they left the scene and may join again).
+    fn state_overdue(&mut self, id: &str, tick: u64, out: &mut Vec<SceneOut>) {
+        let cfg = self.cfg;
+        let Some(scene) = self.scenes.get_mut(id) else {
+            return;
+        };
+        let wait = self.waits.entry(id.to_owned()).or_default();
+        wait.retries += 1;
+        wait.asked_at = tick.max(1);
+        let waiting: Vec<(SessionId, u32)> = scene
+            .clients
+            .iter()
+            .filter(|(_, (_, s))| *s == SceneClientState::WaitingForLateJoinerSync)
+            .map(|(s, (e, _))| (*s, *e))
+            .collect();
+        if wait.retries >= cfg.max_state_retries {
+            let old = scene.master();
+            let next = [SceneClientState::Normal, SceneClientState::CatchingUp]
+                .into_iter()
+                .find_map(|want| {
+                    scene
+                        .clients
+                        .iter()
+                        .find(|(s, (_, st))| *st == want && Some(**s) != old)
+                        .map(|(s, (e, _))| (*s, *e))
+                });
+            match next {
+                Some((s, e)) => {
+                    if let Some(m) = old
+                        && let Some((me, _)) = scene.clients.get(&m).copied()
+                    {
+                        scene.clients.insert(m, (me, SceneClientState::Normal));
+                    }
+                    scene.clients.insert(s, (e, SceneClientState::Master));
+                    wait.retries = 0;
+                    scene.client_event(
+                        id,
+                        e,
+                        SceneClientEvent::MasterChanged,
+                        SceneClientState::Master,
+                        None,
+                        out,
+                    );
+                }
+                None => {
+                    // Nobody else can serve them: the joiners do not wait forever.
+                    self.waits.remove(id);
+                    for (s, e) in waiting {
+                        scene.clients.remove(&s);
+                        if let Some(o) = self.order.get_mut(id) {
+                            o.retain(|x| *x != s);
+                        }
+                        scene.client_event(
+                            id,
+                            e,
+                            SceneClientEvent::ClientLeft,
+                            SceneClientState::WaitingForLateJoinerSync,
+                            Some(s),
+                            out,
+                        );
+                    }
+                    scene.state_requested = false;
+                    if scene.clients.len() == 1 {
+                        scene.alone_event(id, out);
+                    }
+                    return;
+                }
+            }
+        }
+        for (s, e) in waiting {
+            out.push((
+                vec![s],
+                EventBody::SceneClient {
+                    scene: id.to_owned(),
+                    entity: e,
+                    event: SceneClientEvent::SyncRetry,
+                    state: SceneClientState::WaitingForLateJoinerSync,
+                },
+            ));
+        }
+        request_state(scene, id, out);
     }
 }
 
@@ -602,7 +896,7 @@ mod tests {
     }
 
     #[test]
-    fn a_single_client_gets_its_actions_at_the_end_of_the_step() {
+    fn a_single_client_is_told_it_is_alone_and_its_actions_apply_at_once() {
         let mut sc = Scenes::new(SceneConfig::default());
         let out = sc.apply(1, 10, "chess", SceneOp::Join, 5).unwrap();
         assert!(matches!(
@@ -612,10 +906,338 @@ mod tests {
         ));
         assert_eq!(
             client_events(&out),
-            vec![(10, SceneClientEvent::ClientJoined, SceneClientState::Master)]
+            vec![
+                (10, SceneClientEvent::ClientJoined, SceneClientState::Master),
+                (10, SceneClientEvent::Alone, SceneClientState::Master),
+            ]
         );
-        assert!(sc.apply(1, 10, "chess", act(b"e4"), 5).unwrap().is_empty());
-        assert_eq!(ticks(&sc.finish_tick(5)), vec![(vec![1], 5, 1)]);
+        // The fast path: the action is this tick's SceneTick, at once.
+        let out = sc.apply(1, 10, "chess", act(b"e4"), 5).unwrap();
+        assert_eq!(ticks(&out), vec![(vec![1], 5, 1)]);
+        // A second action in the same tick goes with the next tick (tick numbers only rise).
+        assert!(ticks(&sc.apply(1, 10, "chess", act(b"e5"), 5).unwrap()).is_empty());
+        assert!(ticks(&sc.finish_tick(5)).is_empty());
+        assert_eq!(ticks(&sc.finish_tick(6)), vec![(vec![1], 6, 1)]);
+        // Both are in the log for a joiner, who ends the fast path.
+        let out = sc.apply(2, 20, "chess", SceneOp::Join, 7).unwrap();
+        assert_eq!(ticks(&out), vec![(vec![2], 5, 1), (vec![2], 6, 1)]);
+        assert!(ticks(&sc.apply(1, 10, "chess", act(b"d4"), 7).unwrap()).is_empty());
+        assert_eq!(ticks(&sc.finish_tick(7)), vec![(vec![1, 2], 7, 1)]);
+        // The other leaves: the master is alone again, and told so.
+        let out = sc.member_left(2);
+        assert_eq!(
+            client_events(&out),
+            vec![
+                (
+                    20,
+                    SceneClientEvent::ClientLeft,
+                    SceneClientState::CatchingUp
+                ),
+                (10, SceneClientEvent::Alone, SceneClientState::Master),
+            ]
+        );
+        assert_eq!(
+            out.last().unwrap().0,
+            vec![1],
+            "only the lone client is told"
+        );
+        assert_eq!(
+            ticks(&sc.apply(1, 10, "chess", act(b"x"), 8).unwrap()),
+            vec![(vec![1], 8, 1)]
+        );
+        // The master leaves a catching-up client alone: it becomes master and is told.
+        sc.apply(3, 30, "chess", SceneOp::Join, 9).unwrap();
+        let out = sc.member_left(1);
+        assert_eq!(
+            client_events(&out),
+            vec![
+                (10, SceneClientEvent::ClientLeft, SceneClientState::Master),
+                (
+                    30,
+                    SceneClientEvent::MasterChanged,
+                    SceneClientState::Master
+                ),
+                (30, SceneClientEvent::Alone, SceneClientState::Master),
+            ]
+        );
+    }
+
+    fn syncs(out: &[SceneOut]) -> Vec<(Vec<SessionId>, u64, Vec<(u32, SceneClientState)>, u32)> {
+        out.iter()
+            .filter_map(|(to, b)| match b {
+                EventBody::SceneSync {
+                    tick,
+                    members,
+                    master_entity,
+                    ..
+                } => Some((to.clone(), *tick, members.clone(), *master_entity)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn late_joiner_sync_carries_the_roster_and_the_master_and_client_joined_follows_it() {
+        use SceneClientState as S;
+        let mut sc = Scenes::new(SceneConfig::default());
+        // Sessions join out of session order: the roster is in join order.
+        let out = sc.apply(5, 50, "s", SceneOp::Join, 1).unwrap();
+        assert_eq!(syncs(&out), vec![(vec![5], 0, vec![(50, S::Master)], 50)]);
+        sc.apply(5, 50, "s", act(b"a"), 1).unwrap();
+        sc.finish_tick(1);
+        let out = sc.apply(2, 20, "s", SceneOp::Join, 2).unwrap();
+        assert_eq!(
+            syncs(&out),
+            vec![(vec![2], 0, vec![(50, S::Master), (20, S::CatchingUp)], 50)]
+        );
+        sc.apply(2, 20, "s", SceneOp::CaughtUp, 3).unwrap();
+        let out = sc.apply(9, 90, "s", SceneOp::Join, 3).unwrap();
+        assert_eq!(
+            syncs(&out),
+            vec![(
+                vec![9],
+                0,
+                vec![(50, S::Master), (20, S::Normal), (90, S::CatchingUp)],
+                50
+            )]
+        );
+        // ClientJoined goes after the joiner has its data (the sync and the logged ticks), to
+        // everyone, then BeginCatchUp.
+        let pos = |f: &dyn Fn(&EventBody) -> bool| out.iter().position(|(_, b)| f(b)).unwrap();
+        let sync = pos(&|b| matches!(b, EventBody::SceneSync { .. }));
+        let tick = pos(&|b| matches!(b, EventBody::SceneTick { .. }));
+        let joined = pos(&|b| {
+            matches!(
+                b,
+                EventBody::SceneClient {
+                    event: SceneClientEvent::ClientJoined,
+                    ..
+                }
+            )
+        });
+        assert!(sync < tick && tick < joined, "{out:?}");
+        assert_eq!(out[joined].0, vec![2, 5, 9]);
+        assert_eq!(
+            client_events(&out),
+            vec![
+                (90, SceneClientEvent::ClientJoined, S::CatchingUp),
+                (90, SceneClientEvent::BeginCatchUp, S::CatchingUp),
+            ]
+        );
+    }
+
+    /// A scene whose log (bound 2) dropped actions the initial state does not cover; session 1
+    /// (entity 10) is master and, with `second`, session 2 (entity 20) runs live.
+    fn overflowed(cfg: SceneConfig, second: bool) -> Scenes {
+        let mut sc = Scenes::new(cfg);
+        sc.apply(1, 10, "s", SceneOp::Join, 1).unwrap();
+        if second {
+            sc.apply(2, 20, "s", SceneOp::Join, 1).unwrap();
+            sc.apply(2, 20, "s", SceneOp::CaughtUp, 1).unwrap();
+        }
+        for t in 1..=4 {
+            sc.apply(1, 10, "s", act(&[t as u8]), t).unwrap();
+            sc.finish_tick(t);
+        }
+        sc
+    }
+
+    fn requests(out: &[SceneOut]) -> Vec<Vec<SessionId>> {
+        out.iter()
+            .filter(|(_, b)| matches!(b, EventBody::SceneStateRequest { .. }))
+            .map(|(to, _)| to.clone())
+            .collect()
+    }
+
+    #[test]
+    fn a_waiting_joiner_is_told_and_the_request_retried_then_another_master_asked() {
+        use SceneClientState as S;
+        let cfg = SceneConfig {
+            max_log_actions: 2,
+            state_timeout_ticks: 10,
+            max_state_retries: 2,
+            ..SceneConfig::default()
+        };
+        let mut sc = overflowed(cfg, true);
+        let out = sc.apply(3, 30, "s", SceneOp::Join, 5).unwrap();
+        assert!(syncs(&out).is_empty(), "the joiner waits");
+        assert!(
+            client_events(&out).is_empty(),
+            "nobody is told before it has its data"
+        );
+        assert_eq!(requests(&out), vec![vec![1]], "the master is asked at once");
+        // The master stays silent: nothing until the timeout.
+        for t in 5..15 {
+            let out = sc.finish_tick(t);
+            assert!(
+                requests(&out).is_empty() && client_events(&out).is_empty(),
+                "tick {t}"
+            );
+        }
+        let out = sc.finish_tick(15);
+        assert_eq!(
+            client_events(&out),
+            vec![(30, SceneClientEvent::SyncRetry, S::WaitingForLateJoinerSync)]
+        );
+        assert_eq!(
+            out.iter()
+                .find(|(_, b)| matches!(b, EventBody::SceneClient { .. }))
+                .unwrap()
+                .0,
+            vec![3]
+        );
+        assert_eq!(requests(&out), vec![vec![1]], "asked again");
+        // The second timeout (max_state_retries = 2): session 2 becomes master and is asked.
+        for t in 16..25 {
+            assert!(requests(&sc.finish_tick(t)).is_empty());
+        }
+        let out = sc.finish_tick(25);
+        assert_eq!(
+            client_events(&out),
+            vec![
+                (20, SceneClientEvent::MasterChanged, S::Master),
+                (30, SceneClientEvent::SyncRetry, S::WaitingForLateJoinerSync),
+            ]
+        );
+        assert_eq!(requests(&out), vec![vec![2]]);
+        let clients = &sc.scenes()["s"].clients;
+        assert_eq!(
+            clients[&1].1,
+            S::Normal,
+            "the silent master runs on as a normal client"
+        );
+        assert_eq!(clients[&2].1, S::Master);
+        // The old master may no longer report; the new one does, and the joiner is served.
+        let st = |tick| SceneOp::State {
+            tick,
+            game_state: b"board".to_vec(),
+        };
+        assert_eq!(sc.apply(1, 10, "s", st(4), 26), Err(Refusal::NotSynced));
+        let out = sc.apply(2, 20, "s", st(4), 26).unwrap();
+        assert_eq!(
+            syncs(&out),
+            vec![(
+                vec![3],
+                4,
+                vec![(10, S::Normal), (20, S::Master), (30, S::CatchingUp)],
+                20
+            )]
+        );
+        assert!(
+            requests(&sc.finish_tick(40)).is_empty(),
+            "nothing is waited for any more"
+        );
+    }
+
+    #[test]
+    fn a_waiting_joiner_nobody_can_serve_is_dropped_not_kept_waiting() {
+        use SceneClientState as S;
+        let cfg = SceneConfig {
+            max_log_actions: 2,
+            state_timeout_ticks: 10,
+            max_state_retries: 2,
+            ..SceneConfig::default()
+        };
+        let mut sc = overflowed(cfg, false);
+        sc.apply(3, 30, "s", SceneOp::Join, 5).unwrap();
+        let out = sc.finish_tick(15);
+        assert_eq!(
+            client_events(&out),
+            vec![(30, SceneClientEvent::SyncRetry, S::WaitingForLateJoinerSync)]
+        );
+        let out = sc.finish_tick(25);
+        assert_eq!(
+            client_events(&out),
+            vec![
+                (
+                    30,
+                    SceneClientEvent::ClientLeft,
+                    S::WaitingForLateJoinerSync
+                ),
+                (10, SceneClientEvent::Alone, S::Master),
+            ]
+        );
+        let left = out
+            .iter()
+            .find(|(_, b)| {
+                matches!(
+                    b,
+                    EventBody::SceneClient {
+                        event: SceneClientEvent::ClientLeft,
+                        ..
+                    }
+                )
+            })
+            .unwrap();
+        assert_eq!(left.0, vec![1, 3], "the joiner is told too");
+        assert!(!sc.scenes()["s"].clients.contains_key(&3));
+        assert!(requests(&out).is_empty());
+        assert!(
+            sc.finish_tick(60)
+                .iter()
+                .all(|(_, b)| !matches!(b, EventBody::SceneClient { .. }))
+        );
+        // It may join again (and waits afresh, the master asked again).
+        let out = sc.apply(3, 30, "s", SceneOp::Join, 61).unwrap();
+        assert_eq!(requests(&out), vec![vec![1]]);
+    }
+
+    #[test]
+    fn the_master_leaving_a_waiting_joiner_hands_the_request_to_the_new_master() {
+        use SceneClientState as S;
+        let cfg = SceneConfig {
+            max_log_actions: 2,
+            state_timeout_ticks: 10,
+            ..SceneConfig::default()
+        };
+        let mut sc = overflowed(cfg, true);
+        sc.apply(3, 30, "s", SceneOp::Join, 5).unwrap();
+        let out = sc.member_left(1);
+        assert_eq!(
+            client_events(&out),
+            vec![
+                (10, SceneClientEvent::ClientLeft, S::Master),
+                (20, SceneClientEvent::MasterChanged, S::Master),
+            ]
+        );
+        assert_eq!(requests(&out), vec![vec![2]], "the new master is asked");
+        let out = sc
+            .apply(
+                2,
+                20,
+                "s",
+                SceneOp::State {
+                    tick: 4,
+                    game_state: b"g".to_vec(),
+                },
+                6,
+            )
+            .unwrap();
+        assert_eq!(
+            syncs(&out),
+            vec![(vec![3], 4, vec![(20, S::Master), (30, S::CatchingUp)], 20)]
+        );
+        // A state older than what the log reaches still leaves a later joiner waiting, and
+        // the master is asked again at once.
+        for t in 6..=9 {
+            sc.apply(2, 20, "s", act(&[t as u8]), t).unwrap();
+            sc.finish_tick(t);
+        }
+        sc.apply(4, 40, "s", SceneOp::Join, 10).unwrap();
+        let out = sc
+            .apply(
+                2,
+                20,
+                "s",
+                SceneOp::State {
+                    tick: 5,
+                    game_state: b"old".to_vec(),
+                },
+                10,
+            )
+            .unwrap();
+        assert!(syncs(&out).is_empty());
+        assert_eq!(requests(&out), vec![vec![2]]);
     }
 
     #[test]
@@ -634,7 +1256,7 @@ mod tests {
                 (
                     20,
                     SceneClientEvent::ClientJoined,
-                    SceneClientState::WaitingForLateJoinerSync
+                    SceneClientState::CatchingUp
                 ),
                 (
                     20,
@@ -681,6 +1303,7 @@ mod tests {
                     SceneClientEvent::MasterChanged,
                     SceneClientState::Master
                 ),
+                (20, SceneClientEvent::Alone, SceneClientState::Master),
             ]
         );
         sc.member_left(2);
@@ -697,9 +1320,10 @@ mod tests {
         sc.apply(1, 10, "s", SceneOp::Join, 1).unwrap();
         let mut requested = false;
         for t in 1..=6 {
-            sc.apply(1, 10, "s", act(&[t as u8]), t).unwrap();
-            requested |= sc
-                .finish_tick(t)
+            // (The lone master's actions take the fast path: the request comes with them.)
+            let mut out = sc.apply(1, 10, "s", act(&[t as u8]), t).unwrap();
+            out.extend(sc.finish_tick(t));
+            requested |= out
                 .iter()
                 .any(|(to, b)| to == &vec![1] && matches!(b, EventBody::SceneStateRequest { .. }));
         }
@@ -747,9 +1371,13 @@ mod tests {
             Err(Refusal::AlreadyInScene)
         );
         assert_eq!(sc.apply(1, 10, "s", act(b"abc"), 1), Err(Refusal::TooLarge));
-        sc.apply(1, 10, "s", act(b"ab"), 1).unwrap();
+        // (Alone: the action comes back at once; it still counts against the tick's limit.)
+        assert_eq!(
+            ticks(&sc.apply(1, 10, "s", act(b"ab"), 1).unwrap()),
+            vec![(vec![1], 1, 1)]
+        );
         assert_eq!(sc.apply(1, 10, "s", act(b"c"), 1), Err(Refusal::TickFull));
-        assert_eq!(ticks(&sc.finish_tick(1)), vec![(vec![1], 1, 1)]);
+        assert!(ticks(&sc.finish_tick(1)).is_empty());
         assert!(sc.finish_tick(2).is_empty());
         assert!(sc.finish_tick(3).is_empty());
         assert_eq!(

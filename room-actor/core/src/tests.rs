@@ -692,7 +692,7 @@ fn scene_actions_come_back_in_the_same_step_and_late_joiners_catch_up() {
                 vec![1, 2],
                 e2,
                 SceneClientEvent::ClientJoined,
-                SceneClientState::WaitingForLateJoinerSync
+                SceneClientState::CatchingUp
             ),
             (
                 vec![1, 2],
@@ -726,6 +726,7 @@ fn scene_actions_come_back_in_the_same_step_and_late_joiners_catch_up() {
         vec![
             (vec![2], e1, SceneClientEvent::ClientLeft),
             (vec![2], e2, SceneClientEvent::MasterChanged),
+            (vec![2], e2, SceneClientEvent::Alone),
         ]
     );
 }
