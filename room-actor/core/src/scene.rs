@@ -962,7 +962,10 @@ mod tests {
         );
     }
 
-    fn syncs(out: &[SceneOut]) -> Vec<(Vec<SessionId>, u64, Vec<(u32, SceneClientState)>, u32)> {
+    /// A `SceneSync`'s recipients, tick, members and master.
+    type Sync = (Vec<SessionId>, u64, Vec<(u32, SceneClientState)>, u32);
+
+    fn syncs(out: &[SceneOut]) -> Vec<Sync> {
         out.iter()
             .filter_map(|(to, b)| match b {
                 EventBody::SceneSync {
