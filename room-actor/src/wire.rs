@@ -225,6 +225,19 @@ pub(crate) fn event(e: &RoomEvent) -> pb::Event {
             timestamp_ms: *timestamp_ms,
             ..Default::default()
         }),
+        EventBody::EmoteInProgress {
+            entity,
+            emote_id,
+            timestamp_ms,
+            elapsed_ms,
+        } => K::Emote(pb::EmoteEvent {
+            entity_id: *entity,
+            emote_id: emote_id.clone(),
+            stop: false,
+            timestamp_ms: *timestamp_ms,
+            in_progress: true,
+            elapsed_ms: *elapsed_ms,
+        }),
         EventBody::SceneTick {
             scene,
             tick,

@@ -351,7 +351,7 @@ impl Room {
                         self.refuse(session, seq, Refusal::NotMember, out);
                         continue;
                     };
-                    match self.emotes.apply(session, &request) {
+                    match self.emotes.apply(session, &request, self.now_ms) {
                         Ok(EmoteOutcome::Accepted {
                             emote_id,
                             stop,

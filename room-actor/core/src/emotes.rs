@@ -4,7 +4,8 @@
 //! last one accepted from that member is dropped and counted (it was overtaken in flight); an
 //! equal or newer one is accepted and becomes the member's current emote. This module keeps the
 //! schedule; who is told is the room's business (the members whose last interest set contained
-//! the emoter, plus the emoter).
+//! the emoter, plus the emoter; and a member whose frames start showing an avatar while its
+//! emote plays is told it is playing, with the time it has been: [`Emotes::running`]).
 
 use std::collections::BTreeMap;
 
@@ -55,14 +56,18 @@ pub struct EmoteSlot {
 pub struct Emotes {
     slots: BTreeMap<SessionId, EmoteSlot>,
     stale: u64,
+    /// Room time (ms) each playing emote was accepted at. Not saved: after a restore a playing
+    /// emote's start is unknown (reported as just started).
+    started_ms: BTreeMap<SessionId, u64>,
 }
 
 impl Emotes {
-    /// Schedule `req` from `session`.
+    /// Schedule `req` from `session`, at room time `now_ms`.
     pub fn apply(
         &mut self,
         session: SessionId,
         req: &EmoteRequest,
+        now_ms: u64,
     ) -> Result<EmoteOutcome, Refusal> {
         if req.emote_id.len() > MAX_EMOTE_ID_BYTES {
             return Err(Refusal::TooLarge);
@@ -75,6 +80,11 @@ impl Emotes {
         }
         slot.last_ms = req.timestamp_ms;
         slot.current = (!stop).then(|| req.emote_id.clone());
+        if stop {
+            self.started_ms.remove(&session);
+        } else {
+            self.started_ms.insert(session, now_ms);
+        }
         Ok(EmoteOutcome::Accepted {
             emote_id: if stop {
                 String::new()
@@ -89,6 +99,16 @@ impl Emotes {
     /// Forget a member (it left).
     pub fn remove(&mut self, session: SessionId) {
         self.slots.remove(&session);
+        self.started_ms.remove(&session);
+    }
+
+    /// The emotes playing now: `(session, emote id, its client timestamp, room time it started
+    /// at (None: unknown, restored))`, by session.
+    pub fn running(&self) -> impl Iterator<Item = (SessionId, &str, u64, Option<u64>)> + '_ {
+        self.slots.iter().filter_map(|(s, slot)| {
+            let id = slot.current.as_deref()?;
+            Some((*s, id, slot.last_ms, self.started_ms.get(s).copied()))
+        })
     }
 
     /// Emotes dropped as stale so far.
@@ -105,6 +125,7 @@ impl Emotes {
     pub fn restore(&mut self, slots: BTreeMap<SessionId, EmoteSlot>, stale: u64) {
         self.slots = slots;
         self.stale = stale;
+        self.started_ms.clear();
     }
 }
 
@@ -124,19 +145,22 @@ mod tests {
     fn older_emotes_are_dropped_and_counted() {
         let mut em = Emotes::default();
         assert!(matches!(
-            em.apply(1, &e("wave", 100, false)),
+            em.apply(1, &e("wave", 100, false), 0),
             Ok(EmoteOutcome::Accepted { stop: false, .. })
         ));
-        assert_eq!(em.apply(1, &e("dance", 99, false)), Ok(EmoteOutcome::Stale));
+        assert_eq!(
+            em.apply(1, &e("dance", 99, false), 0),
+            Ok(EmoteOutcome::Stale)
+        );
         assert_eq!(em.stale(), 1);
         assert_eq!(em.slots()[&1].current.as_deref(), Some("wave"));
         // Another member's clock is its own.
         assert!(matches!(
-            em.apply(2, &e("clap", 5, false)),
+            em.apply(2, &e("clap", 5, false), 0),
             Ok(EmoteOutcome::Accepted { .. })
         ));
         assert_eq!(
-            em.apply(1, &e("", 150, true)),
+            em.apply(1, &e("", 150, true), 0),
             Ok(EmoteOutcome::Accepted {
                 emote_id: String::new(),
                 stop: true,
@@ -144,9 +168,12 @@ mod tests {
             })
         );
         assert_eq!(em.slots()[&1].current, None);
-        assert_eq!(em.apply(1, &e("late", 120, false)), Ok(EmoteOutcome::Stale));
         assert_eq!(
-            em.apply(1, &e(&"x".repeat(65), 200, false)),
+            em.apply(1, &e("late", 120, false), 0),
+            Ok(EmoteOutcome::Stale)
+        );
+        assert_eq!(
+            em.apply(1, &e(&"x".repeat(65), 200, false), 0),
             Err(Refusal::TooLarge)
         );
     }

@@ -141,7 +141,9 @@ impl Room {
             if let Outbound::Event(e) = o {
                 self.room_seq += 1;
                 self.stats.events += 1;
-                self.stats.roster_updates += 1;
+                if matches!(e.body, crate::events::EventBody::Roster { .. }) {
+                    self.stats.roster_updates += 1;
+                }
                 e.room_seq = self.room_seq;
             }
         }
@@ -149,6 +151,17 @@ impl Room {
 
     fn encode_frames_into(&mut self, groups: std::ops::Range<u32>, out: &mut Vec<Outbound>) {
         let k = self.groups.max(1);
+        // The emotes playing now, by avatar (a viewer that starts seeing one is told).
+        let mut emotes: Vec<RunningEmote> = self
+            .emotes
+            .running()
+            .filter_map(|(s, id, ts, started)| {
+                let entity = self.members.get(&s)?.entity;
+                let elapsed = started.map_or(0, |t| self.now_ms.saturating_sub(t));
+                Some((entity, id.to_owned(), ts, elapsed))
+            })
+            .collect();
+        emotes.sort_unstable_by_key(|e| e.0);
         let ctx = EncodeCtx {
             arena: &self.arena,
             avatars: self.avatars(),
@@ -165,6 +178,7 @@ impl Room {
             phase: self.stats.broadcasts,
             identities: &self.identities,
             roster_bytes: self.cfg.roster_bytes_per_broadcast as usize,
+            emotes: &emotes,
         };
         let mut jobs: Vec<(SessionId, &mut Member)> = self
             .members
@@ -180,6 +194,7 @@ impl Room {
             let mut scratch = EncodeScratch {
                 interest: std::mem::take(&mut self.interest),
                 buf: std::mem::take(&mut self.frame_buf),
+                ..EncodeScratch::default()
             };
             encode_run(&ctx, &mut jobs, &mut scratch, stats, out);
             self.interest = scratch.interest;
@@ -205,6 +220,7 @@ impl Room {
             let mut scratch = EncodeScratch {
                 interest: std::mem::take(&mut self.interest),
                 buf: std::mem::take(&mut self.frame_buf),
+                ..EncodeScratch::default()
             };
             encode_run(ctx, first, &mut scratch, stats, out);
             self.interest = scratch.interest;
@@ -246,13 +262,20 @@ struct EncodeCtx<'a> {
     identities: &'a std::collections::BTreeMap<u32, crate::people::Identity>,
     /// Roster bytes per client per broadcast.
     roster_bytes: usize,
+    /// The emotes playing now, sorted by avatar.
+    emotes: &'a [RunningEmote],
 }
+
+/// An emote playing now: (avatar, emote id, its client timestamp, ms it has been playing).
+type RunningEmote = (u32, String, u64, u64);
 
 /// Buffers one thread of an encode pass reuses from frame to frame.
 #[derive(Default)]
 struct EncodeScratch {
     interest: InterestSet,
     buf: Vec<u8>,
+    /// Whom the member saw before this frame (only while an emote plays).
+    seen_before: Vec<u32>,
 }
 
 /// Encodes one frame for each of `jobs`, in order, appending them to `out` and counting them in
@@ -276,11 +299,16 @@ fn encode_run(
         phase,
         identities,
         roster_bytes,
+        emotes,
     } = *ctx;
     let slot_of = |id: u32| slot.get(id as usize).copied().filter(|s| *s != u32::MAX);
     let refresh_all = avatars <= cap + 1;
     let mut visible: Vec<Visible<'_>> = Vec::with_capacity(cap.min(arena.len()) + 8);
     for (session, m) in jobs.iter_mut() {
+        if !emotes.is_empty() {
+            scratch.seen_before.clear();
+            scratch.seen_before.extend_from_slice(&m.seen);
+        }
         let at = slot_of(m.entity).map_or(m.pose.position, |i| pos_m[i as usize]);
         if refresh_all
             || m.seen.is_empty()
@@ -343,6 +371,28 @@ fn encode_run(
                 to: vec![*session],
                 body,
             }));
+        }
+        // An avatar whose emote plays that this frame starts showing (new in the view, or any
+        // after a keyframe: the client starts over): tell the member it is playing.
+        if !emotes.is_empty() {
+            for id in &m.seen {
+                if !st.keyframe && scratch.seen_before.binary_search(id).is_ok() {
+                    continue;
+                }
+                if let Ok(i) = emotes.binary_search_by_key(id, |e| e.0) {
+                    let (entity, emote_id, timestamp_ms, elapsed_ms) = &emotes[i];
+                    out.push(Outbound::Event(crate::events::RoomEvent {
+                        room_seq: 0,
+                        to: vec![*session],
+                        body: crate::events::EventBody::EmoteInProgress {
+                            entity: *entity,
+                            emote_id: emote_id.clone(),
+                            timestamp_ms: *timestamp_ms,
+                            elapsed_ms: *elapsed_ms,
+                        },
+                    }));
+                }
+            }
         }
         stats.frames += 1;
         stats.frame_bytes += bytes.len() as u64;

@@ -10,6 +10,7 @@
 //! | `Prop`                 | `prop` (`PropEvent`; `change` -> `InteractionKind`, DROP = 4)  |
 //! | `Consent`              | `consent` (`ConsentEvent`; `state` as [`ConsentState::as_str`])|
 //! | `Emote`                | `emote` (`EmoteEvent`)                                         |
+//! | `EmoteInProgress`      | `emote` (`EmoteEvent` with `in_progress`, `elapsed_ms`)        |
 //! | `SceneTick`            | `scene_tick` (`SceneTick`)                                     |
 //! | `SceneSync`            | `scene_sync` (`SceneSync`)                                     |
 //! | `SceneClient`          | `scene_client` (`SceneClientEvent`)                            |
@@ -83,6 +84,18 @@ pub enum EventBody {
         stop: bool,
         /// The client's timestamp of the emote.
         timestamp_ms: u64,
+    },
+    /// An emote that was already playing when the recipient's frames started showing the
+    /// avatar (it came into range, joined, or got a keyframe): `EmoteEvent` with `in_progress`.
+    EmoteInProgress {
+        /// The emoting avatar.
+        entity: u32,
+        /// The emote.
+        emote_id: String,
+        /// The client's timestamp of the emote.
+        timestamp_ms: u64,
+        /// How long it has been playing (room time; 0 when unknown, after a restore).
+        elapsed_ms: u64,
     },
     /// The ordered actions of one lockstep tick (`SceneTick`). A tick for `t` also says every
     /// tick before `t` is complete: ticks without a `SceneTick` have no actions.

@@ -629,6 +629,121 @@ fn emotes_reach_the_members_who_see_the_emoter_and_stale_ones_are_dropped() {
     assert_eq!(room.stats().emotes_stale, 1);
 }
 
+/// The `EmoteInProgress` events of `out`: (recipient, entity, emote, elapsed ms).
+fn in_progress(out: &[Outbound]) -> Vec<(SessionId, u32, String, u64)> {
+    events(out)
+        .into_iter()
+        .filter_map(|e| match &e.body {
+            EventBody::EmoteInProgress {
+                entity,
+                emote_id,
+                elapsed_ms,
+                timestamp_ms,
+            } => {
+                assert_eq!(*timestamp_ms, 500, "the emoter's own timestamp");
+                Some((e.to[0], *entity, emote_id.clone(), *elapsed_ms))
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn a_viewer_that_starts_seeing_a_running_emote_is_told_it_plays_and_since_when() {
+    let (mut room, mut now) = room_with(2, RoomConfig::default());
+    let mut decoders = BTreeMap::new();
+    step_until_broadcast(&mut room, &mut now, &mut decoders);
+    let e1 = room.entity_of(1).unwrap();
+    room.input(
+        1,
+        Input::Emote {
+            seq: 1,
+            request: EmoteRequest {
+                emote_id: "dance".into(),
+                timestamp_ms: 500,
+                stop: false,
+            },
+        },
+    );
+    let started = now + 20;
+    // Session 2 saw the emoter already: it gets the emote itself, never an in-progress one.
+    let mut told = Vec::new();
+    for _ in 0..20 {
+        told.extend(in_progress(&step(&mut room, &mut now)));
+    }
+    assert!(told.is_empty(), "{told:?}");
+    // A joiner's first frames show the dancer: it is told the emote plays, and for how long.
+    room.join(3);
+    let mut out = Vec::new();
+    for _ in 0..10 {
+        out.extend(step(&mut room, &mut now));
+    }
+    let told = in_progress(&out);
+    assert_eq!(told.len(), 1, "told once: {told:?}");
+    let (to, entity, id, elapsed) = told[0].clone();
+    assert_eq!((to, entity, id.as_str()), (3, e1, "dance"));
+    let frame_at = now - 9 * 20;
+    assert!(
+        elapsed >= frame_at.saturating_sub(started).saturating_sub(200) && elapsed <= now - started,
+        "elapsed {elapsed} ms (started at {started}, now {now})"
+    );
+    // The told event goes before the frame that shows the avatar.
+    let ev = out
+        .iter()
+        .position(|o| matches!(o, Outbound::Event(e) if matches!(e.body, EventBody::EmoteInProgress { .. })))
+        .unwrap();
+    let frame = out
+        .iter()
+        .position(|o| matches!(o, Outbound::Frame { session: 3, .. }))
+        .unwrap();
+    assert!(ev < frame);
+    // Sequence numbers stay gap-free with it.
+    let seqs: Vec<u64> = out
+        .iter()
+        .filter_map(|o| match o {
+            Outbound::Event(e) => Some(e.room_seq),
+            _ => None,
+        })
+        .collect();
+    assert!(seqs.windows(2).all(|w| w[1] == w[0] + 1), "{seqs:?}");
+    // A viewer whose (delta) frames stop and start showing the dancer again: told when it
+    // comes back, once.
+    let space = |seq, radius_m| Input::PersonalSpace { seq, radius_m };
+    room.input(2, space(2, 4.0));
+    for _ in 0..10 {
+        assert!(in_progress(&step(&mut room, &mut now)).is_empty());
+    }
+    room.input(2, space(3, 0.0));
+    let mut told = Vec::new();
+    for _ in 0..20 {
+        told.extend(in_progress(&step(&mut room, &mut now)));
+    }
+    assert_eq!(
+        told.iter().map(|t| (t.0, t.1)).collect::<Vec<_>>(),
+        vec![(2, e1)],
+        "{told:?}"
+    );
+    // Once it stops, a new viewer is not told.
+    room.input(
+        1,
+        Input::Emote {
+            seq: 2,
+            request: EmoteRequest {
+                emote_id: String::new(),
+                timestamp_ms: 900,
+                stop: true,
+            },
+        },
+    );
+    step(&mut room, &mut now);
+    room.join(4);
+    let mut told = Vec::new();
+    for _ in 0..10 {
+        told.extend(in_progress(&step(&mut room, &mut now)));
+    }
+    assert!(told.is_empty(), "{told:?}");
+}
+
 #[test]
 fn scene_actions_come_back_in_the_same_step_and_late_joiners_catch_up() {
     let (mut room, mut now) = room_with(2, RoomConfig::default());
