@@ -115,6 +115,43 @@ fn deg(v: f32) -> i16 {
     f64::from(v).round().clamp(-32767.0, 32767.0) as i16
 }
 
+/// A prop's orientation (unit quaternion `[x, y, z, w]`) as its frame record carries it
+/// (docs/PROTOCOL.md §2.11): the yaw field (steps of `360 / YAW_STEPS`, `0..YAW_STEPS`) and, in
+/// the head slot, pitch and roll in the same steps (pitch `−128..=128`, roll `−256..=256`),
+/// `None` when both are 0 (an upright prop's record is the same as before props carried
+/// rotation). The angles are the `Ry(yaw) · Rx(pitch) · Rz(roll)` decomposition (yaw about +y,
+/// 0° = facing +z like an avatar; pitch about +x; roll about +z). A non-finite or zero
+/// quaternion reads as upright.
+pub fn prop_orientation(q: [f32; 4]) -> (u16, Option<[i16; 2]>) {
+    let [x, y, z, w] = q.map(f64::from);
+    let n = (x * x + y * y + z * z + w * w).sqrt();
+    if !n.is_finite() || n < 1e-9 {
+        return (0, None);
+    }
+    let (x, y, z, w) = (x / n, y / n, z / n, w / n);
+    // Rotation matrix entries of R = Ry · Rx · Rz.
+    let m13 = 2.0 * (x * z + w * y);
+    let m33 = 1.0 - 2.0 * (x * x + y * y);
+    let m23 = 2.0 * (y * z - w * x);
+    let m21 = 2.0 * (x * y + w * z);
+    let m22 = 1.0 - 2.0 * (x * x + z * z);
+    let m31 = 2.0 * (x * z - w * y);
+    let m11 = 1.0 - 2.0 * (y * y + z * z);
+    let pitch = (-m23).clamp(-1.0, 1.0).asin();
+    let (yaw, roll) = if m23.abs() < 0.999_999 {
+        (m13.atan2(m33), m21.atan2(m22))
+    } else {
+        // Gimbal lock: the roll folds into the yaw.
+        ((-m31).atan2(m11), 0.0)
+    };
+    let steps = f64::from(YAW_STEPS) / 360.0;
+    let yaw_q =
+        ((yaw.to_degrees().rem_euclid(360.0) * steps).round() as u32 % u32::from(YAW_STEPS)) as u16;
+    let tilt = |a: f64| (a.to_degrees() * steps).round() as i16;
+    let (p, r) = (tilt(pitch), tilt(roll));
+    (yaw_q, (p != 0 || r != 0).then_some([p, r]))
+}
+
 /// Quantizes a pose (once per entity per tick on the server).
 pub fn quantize(p: &Pose) -> QuantPose {
     let yaw = if p.yaw_deg.is_finite() {
@@ -171,6 +208,37 @@ impl QuantPose {
         }
     }
 
+    /// A prop record's orientation (docs/PROTOCOL.md §2.11): `[yaw, pitch, roll]` in degrees,
+    /// from the yaw field and the head slot (pitch, roll in steps of `360 / YAW_STEPS`; absent:
+    /// upright). Meaningless for an avatar record.
+    pub fn prop_euler_deg(&self) -> [f32; 3] {
+        let step = 360.0 / f32::from(YAW_STEPS);
+        let [pitch, roll] = self.head.unwrap_or_default();
+        [
+            self.yaw_deg(),
+            f32::from(pitch) * step,
+            f32::from(roll) * step,
+        ]
+    }
+
+    /// A prop record's orientation as a unit quaternion `[x, y, z, w]`
+    /// (`Ry(yaw) · Rx(pitch) · Rz(roll)`, [`prop_euler_deg`](Self::prop_euler_deg)).
+    pub fn prop_rotation(&self) -> [f32; 4] {
+        let [y, p, r] = self
+            .prop_euler_deg()
+            .map(|d| f64::from(d).to_radians() / 2.0);
+        let (sy, cy) = y.sin_cos();
+        let (sp, cp) = p.sin_cos();
+        let (sr, cr) = r.sin_cos();
+        // q = qy * qx * qz.
+        [
+            (cy * sp * cr + sy * cp * sr) as f32,
+            (sy * cp * cr - cy * sp * sr) as f32,
+            (cy * cp * sr - sy * sp * cr) as f32,
+            (cy * cp * cr + sy * sp * sr) as f32,
+        ]
+    }
+
     /// Whether the quantized velocity is zero (the entity is at rest).
     #[inline]
     pub fn at_rest(&self) -> bool {
@@ -224,6 +292,93 @@ pub(crate) fn fnv_feed(h: &mut u32, bytes: &[u8]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn quat_mul(a: [f64; 4], b: [f64; 4]) -> [f64; 4] {
+        let [ax, ay, az, aw] = a;
+        let [bx, by, bz, bw] = b;
+        [
+            aw * bx + ax * bw + ay * bz - az * by,
+            aw * by - ax * bz + ay * bw + az * bx,
+            aw * bz + ax * by - ay * bx + az * bw,
+            aw * bw - ax * bx - ay * by - az * bz,
+        ]
+    }
+
+    fn axis(ax: [f64; 3], deg: f64) -> [f64; 4] {
+        let (s, c) = (deg.to_radians() / 2.0).sin_cos();
+        [ax[0] * s, ax[1] * s, ax[2] * s, c]
+    }
+
+    /// Angle (degrees) between two orientations.
+    fn angle(a: [f32; 4], b: [f64; 4]) -> f64 {
+        let d: f64 = (0..4).map(|i| f64::from(a[i]) * b[i]).sum();
+        2.0 * d.abs().min(1.0).acos().to_degrees()
+    }
+
+    #[test]
+    fn prop_orientation_round_trips_within_a_step() {
+        assert_eq!(
+            prop_orientation([0.0, 0.0, 0.0, 1.0]),
+            (0, None),
+            "upright: as before"
+        );
+        assert_eq!(prop_orientation([f32::NAN, 0.0, 0.0, 1.0]), (0, None));
+        assert_eq!(prop_orientation([0.0; 4]), (0, None));
+        // 90° about +y is yaw 90° (step 128), no tilt; it turns +z to +x, as an avatar's yaw.
+        let q = axis([0.0, 1.0, 0.0], 90.0).map(|v| v as f32);
+        assert_eq!(prop_orientation(q), (128, None));
+        let rec = QuantPose {
+            yaw: 128,
+            ..QuantPose::default()
+        };
+        assert!(
+            angle(rec.prop_rotation(), axis([0.0, 1.0, 0.0], 90.0)) < 0.1,
+            "f32 rounding only"
+        );
+        // Yaw 30°, pitch 10°, roll -20° (Ry · Rx · Rz).
+        let q = quat_mul(
+            quat_mul(axis([0.0, 1.0, 0.0], 30.0), axis([1.0, 0.0, 0.0], 10.0)),
+            axis([0.0, 0.0, 1.0], -20.0),
+        );
+        let (yaw, tilt) = prop_orientation(q.map(|v| v as f32));
+        let steps = 512.0 / 360.0;
+        assert_eq!(yaw, (30.0f64 * steps).round() as u16);
+        assert_eq!(
+            tilt,
+            Some([
+                (10.0f64 * steps).round() as i16,
+                (-20.0f64 * steps).round() as i16
+            ])
+        );
+        // Many orientations: the record's quaternion is within about a step of the body's.
+        let mut seed = 7u64;
+        let mut rnd = || {
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            ((seed >> 11) as f64 / (1u64 << 53) as f64) * 2.0 - 1.0
+        };
+        for _ in 0..2000 {
+            let q = [rnd(), rnd(), rnd(), rnd()];
+            let n = q.iter().map(|v| v * v).sum::<f64>().sqrt();
+            let q = q.map(|v| v / n);
+            let (yaw, head) = prop_orientation(q.map(|v| v as f32));
+            assert!(yaw < YAW_STEPS);
+            if let Some([p, r]) = head {
+                assert!(
+                    (-128..=128).contains(&p) && (-256..=256).contains(&r),
+                    "{p} {r}"
+                );
+            }
+            let rec = QuantPose {
+                yaw,
+                head,
+                ..QuantPose::default()
+            };
+            let a = angle(rec.prop_rotation(), q);
+            assert!(a < 1.2, "{a}° off for {q:?}");
+        }
+    }
 
     #[test]
     fn position_error_is_within_bound() {

@@ -161,3 +161,70 @@ fn canonical_envelopes_match_golden_hex() {
     let d = decompress(&m.into(), &mut TimestampDecoder::new()).unwrap();
     assert!((d.pose.yaw_deg - 200.0).abs() < 1e-3, "{}", d.pose.yaw_deg);
 }
+
+/// A keyframe with one tilted prop (docs/PROTOCOL.md §2.11): prop 1 (entity 1,048,577) at
+/// (1, 0.25, 2) m turned yaw 30°, pitch 10°, roll −20°; no own state.
+const PROP_KEYFRAME_HEX: &str = "1301018ade5907c90a0080010054843e041df493ac403139";
+
+fn prop_keyframe() -> (Vec<u8>, EntityRecord) {
+    // Ry(30°) · Rx(10°) · Rz(−20°), as f32.
+    let half = |d: f64| (d.to_radians() / 2.0).sin_cos();
+    let ((sy, cy), (sp, cp), (sr, cr)) = (half(30.0), half(10.0), half(-20.0));
+    let q = [
+        cy * sp * cr + sy * cp * sr,
+        sy * cp * cr - cy * sp * sr,
+        cy * cp * sr - sy * sp * cr,
+        cy * cp * cr + sy * sp * sr,
+    ]
+    .map(|v| v as f32);
+    let mut pose = quantize(&Pose {
+        position: [1.0, 0.25, 2.0],
+        ..Pose::default()
+    });
+    (pose.yaw, pose.head) = plaza_proto::quant::prop_orientation(q);
+    let r = EntityRecord {
+        id: 1_048_577,
+        generation: 0,
+        kind: 1,
+        pose,
+    };
+    let mut enc = FrameEncoder::new(EncoderConfig {
+        budget_bytes_per_s: 0,
+        broadcast_hz: 20,
+        check_every: 0,
+    });
+    let mut key = Vec::new();
+    enc.encode(
+        100,
+        None,
+        &[Visible {
+            record: &r,
+            tier: 0,
+        }],
+        &mut key,
+    );
+    (key, r)
+}
+
+#[test]
+fn a_tilted_prop_keyframe_matches_golden_hex() {
+    let (key, r) = prop_keyframe();
+    eprintln!("PROP_KEYFRAME_HEX {}", hex(&key));
+    assert_eq!(hex(&key), PROP_KEYFRAME_HEX);
+    assert!(
+        include_str!("../../fixtures/golden/golden.json").contains(PROP_KEYFRAME_HEX),
+        "the shared fixture file carries it"
+    );
+    // yaw step round(30 × 512 / 360) = 43, pitch 14, roll −28 (steps of 360/512°).
+    assert_eq!((r.pose.yaw, r.pose.head), (43, Some([14, -28])));
+    let mut dec = FrameDecoder::new();
+    dec.apply(&key).unwrap();
+    let got = dec.get(1_048_577).copied().unwrap();
+    assert_eq!(got, r);
+    let [y, p, rl] = got.pose.prop_euler_deg();
+    assert!(
+        (y - 30.234_375).abs() < 1e-4
+            && (p - 9.843_75).abs() < 1e-4
+            && (rl + 19.687_5).abs() < 1e-4
+    );
+}

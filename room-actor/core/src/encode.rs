@@ -5,7 +5,7 @@
 //! Performance: runs every broadcast and, in a spread room, every step.
 
 use plaza_proto::frame::{EntityRecord, OwnState, Visible};
-use plaza_proto::quant::{ANIM_INSTANT, Pose, quantize};
+use plaza_proto::quant::{ANIM_INSTANT, Pose, prop_orientation, quantize};
 
 use crate::interactions::{PROP_KIND, prop_entity};
 use crate::interest::{self, InterestIndex, InterestSet};
@@ -84,11 +84,14 @@ impl Room {
                 velocity: st.velocity,
                 ..Pose::default()
             };
+            // A prop's orientation: the yaw field and, tilted, pitch and roll in the head slot.
+            let mut q = quantize(&pose);
+            (q.yaw, q.head) = prop_orientation(st.rotation);
             self.arena.push(EntityRecord {
                 id,
                 generation: 0,
                 kind: PROP_KIND,
-                pose: quantize(&pose),
+                pose: q,
             });
         }
         // Arena index of each avatar id (ids are small and dense), `u32::MAX` for none, and

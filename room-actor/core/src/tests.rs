@@ -453,6 +453,39 @@ fn a_holder_who_leaves_drops_the_prop_and_it_follows_before() {
     assert_eq!(prop_events(&out), vec![(2, e2, 3, PropChange::Pickup)]);
 }
 
+#[test]
+fn props_carry_their_rotation_in_frames() {
+    let mut cfg = RoomConfig::default();
+    cfg.definition.spawn = [-5.0, 0.0, 3.0];
+    let (mut room, mut now) = room_with(1, cfg);
+    let mut decoders = BTreeMap::new();
+    step_until_broadcast(&mut room, &mut now, &mut decoders);
+    let ball = crate::interactions::prop_entity(3).unwrap();
+    // At rest and upright: yaw 0, no tilt (the record as before props carried rotation).
+    let r = decoders[&1].get(ball).copied().unwrap();
+    assert_eq!((r.pose.yaw, r.pose.head), (0, None));
+    // Rolled along +x, the ball turns about z: its frames follow the body's orientation.
+    room.physics
+        .throw_prop(3, [-5.0, 0.3, 5.0], [4.0, 0.0, 0.0]);
+    let mut tilted = 0;
+    for _ in 0..30 {
+        step_until_broadcast(&mut room, &mut now, &mut decoders);
+        let body = room.physics.prop_state(3).unwrap().rotation.map(f64::from);
+        let r = decoders[&1].get(ball).copied().unwrap();
+        if r.pose.head.is_some() {
+            tilted += 1;
+        }
+        let q = r.pose.prop_rotation();
+        let d: f64 = (0..4).map(|i| f64::from(q[i]) * body[i]).sum();
+        let off = 2.0 * d.abs().min(1.0).acos().to_degrees();
+        assert!(off < 1.5, "the record is {off}° off the body");
+    }
+    assert!(
+        tilted > 5,
+        "the rolling ball's frames showed it tilted {tilted} times"
+    );
+}
+
 fn consent(seq: u32, op: ConsentOp, kind: &str, target_entity: u32, consent_id: u64) -> Input {
     Input::Consent {
         seq,

@@ -134,6 +134,29 @@ export function toPose(q: QuantPose): Pose {
   };
 }
 
+/**
+ * A prop record's orientation (docs/PROTOCOL.md §2.11): `[yaw, pitch, roll]` in degrees, from
+ * the yaw field and the head slot (pitch, roll in steps of `360 / YAW_STEPS`; absent: upright).
+ * Meaningless for an avatar record.
+ */
+export function propEulerDeg(q: QuantPose): Vec3 {
+  const step = 360 / YAW_STEPS;
+  const [pitch, roll] = q.head ?? [0, 0];
+  return [yawDeg(q), Math.fround(pitch * step), Math.fround(roll * step)];
+}
+
+/**
+ * A prop record's orientation as a unit quaternion `[x, y, z, w]`:
+ * `Ry(yaw) · Rx(pitch) · Rz(roll)` of {@link propEulerDeg} (yaw about +y, 0° facing +z).
+ */
+export function propRotation(q: QuantPose): [number, number, number, number] {
+  const half = (d: number): number => (d * Math.PI) / 360;
+  const [yd, pd, rd] = propEulerDeg(q);
+  const [y, p, r] = [half(yd), half(pd), half(rd)];
+  const [sy, cy, sp, cp, sr, cr] = [Math.sin(y), Math.cos(y), Math.sin(p), Math.cos(p), Math.sin(r), Math.cos(r)];
+  return [cy * sp * cr + sy * cp * sr, sy * cp * cr - cy * sp * sr, cy * cp * sr - sy * sp * cr, cy * cp * cr + sy * sp * sr];
+}
+
 /** Whether the quantized velocity is zero. */
 export function atRest(q: QuantPose): boolean {
   return q.velocity[0] === 0 && q.velocity[1] === 0 && q.velocity[2] === 0;

@@ -4,7 +4,7 @@
 import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
 import { describe, expect, it } from "vitest";
 
-import { FrameDecoder, compress, decompress, ownFromPose, ownPose, quantize, TimestampDecoder, type Pose, zeroPose } from "../src/index.js";
+import { FrameDecoder, compress, decompress, ownFromPose, ownPose, propEulerDeg, propRotation, quantize, TimestampDecoder, type Pose, zeroPose } from "../src/index.js";
 import { ClientEnvelopeSchema, MovementCompressedSchema, ServerEnvelopeSchema, SnapshotFrameSchema } from "../src/gen/plaza/v1/client_pb.js";
 import { fixture, hex, unhex } from "./fixtures.js";
 import { checkStream, type Stream } from "./streams.js";
@@ -14,6 +14,7 @@ interface Golden {
   delta_hex: string;
   server_envelope_hex: string;
   client_envelope_hex: string;
+  prop_keyframe_hex: string;
 }
 const golden = fixture<Golden>("golden/golden.json");
 
@@ -50,6 +51,28 @@ describe("golden frames", () => {
     expect(ownPose(dec.own()!).position).toEqual([Math.fround(0.3), 0, 0.5]);
     // The walker's held position is exact millimetres.
     expect(dec.get(1)!.pose.positionMm).toEqual([1070, 0, 2000]);
+  });
+
+  it("decodes a tilted prop's orientation (the head slot of a prop record)", () => {
+    const dec = new FrameDecoder();
+    dec.apply(unhex(golden.prop_keyframe_hex));
+    const r = dec.get(1_048_577)!;
+    expect([r.kind, r.pose.yaw, r.pose.head, r.pose.positionMm]).toEqual([1, 43, [14, -28], [1000, 250, 2000]]);
+    const [y, p, rl] = propEulerDeg(r.pose);
+    expect(y).toBeCloseTo(30.234375, 4);
+    expect(p).toBeCloseTo(9.84375, 4);
+    expect(rl).toBeCloseTo(-19.6875, 4);
+    // Within a step of Ry(30°) · Rx(10°) · Rz(-20°).
+    const half = (d: number): [number, number] => [Math.sin((d * Math.PI) / 360), Math.cos((d * Math.PI) / 360)];
+    const [[sy, cy], [sp, cp], [sr, cr]] = [half(30), half(10), half(-20)];
+    const want = [cy * sp * cr + sy * cp * sr, sy * cp * cr - cy * sp * sr, cy * cp * sr - sy * sp * cr, cy * cp * cr + sy * sp * sr];
+    const q = propRotation(r.pose);
+    const dot = Math.abs(q.reduce((a, v, i) => a + v * want[i]!, 0));
+    expect((2 * Math.acos(Math.min(1, dot)) * 180) / Math.PI).toBeLessThan(0.7);
+    // An upright prop has no tilt: the canonical keyframe's prop is unchanged.
+    const k = new FrameDecoder();
+    k.apply(unhex(golden.keyframe_hex));
+    expect(propEulerDeg(k.get(2)!.pose)).toEqual([0, 0, 0]);
   });
 
   it("refuses the delta without its base, and keeps its state", () => {
