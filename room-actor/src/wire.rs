@@ -6,6 +6,7 @@
 
 use plaza_proto::compressed::TimestampDecoder;
 use plaza_proto::pb::{self, client_envelope};
+use plaza_proto::quant::Pose;
 use plaza_room_core::consent::ConsentOp;
 use plaza_room_core::emotes::EmoteRequest;
 use plaza_room_core::events::{EventBody, PropChange, RoomEvent, TeleportCause};
@@ -13,8 +14,6 @@ use plaza_room_core::interactions::{InteractionKind, InteractionRequest};
 use plaza_room_core::people::BlockOp;
 use plaza_room_core::scene::{SceneClientEvent, SceneOp};
 use plaza_room_core::{Input, MoveInput};
-
-use crate::room::pose_from_movement;
 
 /// What a client envelope asks of the room.
 #[derive(Debug)]
@@ -37,8 +36,24 @@ pub(crate) enum Decoded {
     Ignore,
 }
 
+/// A wire vector as the core's; a missing one is zero.
 fn v3(v: &Option<pb::Vec3>) -> [f32; 3] {
     v.as_ref().map_or([0.0; 3], |v| [v.x, v.y, v.z])
+}
+
+/// The float pose of a movement message; missing vectors are zero.
+pub(crate) fn pose_from_movement(m: &pb::Movement) -> Pose {
+    let head =
+        (m.head_ik_yaw_enabled || m.head_ik_pitch_enabled).then_some([m.head_yaw, m.head_pitch]);
+    Pose {
+        position: v3(&m.position),
+        velocity: v3(&m.velocity),
+        yaw_deg: m.rotation_y,
+        movement_kind: m.movement_kind.clamp(0, 3) as u8,
+        anim_flags: (m.anim_flags & 0xffff) as u16,
+        head,
+        point_at: m.is_pointing_at.then(|| v3(&m.point_at)),
+    }
 }
 
 /// Decodes one envelope body into room input. `timestamps` is the session's decoder of

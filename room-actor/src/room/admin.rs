@@ -6,7 +6,7 @@
 //! It also carries out the client protocol's moderator messages (`plaza.v1.OperatorAction`:
 //! kick, mute, unmute, close room) of a session whose attach says its identity has the operator
 //! role, refuses them (`not_operator`) for anyone else, and writes every one, done or refused,
-//! to the `plaza::audit` log target ([`RoomState::on_operator`]).
+//! to the `plaza::audit` log target (`RoomHost::on_operator`).
 
 use std::collections::BTreeMap;
 
@@ -18,9 +18,9 @@ use plaza_room_core::admin::{
     member_session, resolve_teleport, room_view,
 };
 use plaza_room_core::{Input, SessionId};
-use ractor::{ActorRef, RpcReplyPort};
+use ractor::RpcReplyPort;
 
-use super::{RoomMsg, RoomState};
+use super::host::{Kind, RoomHost};
 
 /// The message every member of a closed room reads (with `REJECTED`).
 pub const CLOSED_MESSAGE: &str = "room closed by an operator";
@@ -83,9 +83,9 @@ pub(crate) struct AdminSide {
     pub(crate) bytes: RateWindow,
 }
 
-impl RoomState {
+impl RoomHost {
     /// Feeds a decoded input to the core unless the sender's mute drops it.
-    pub(super) fn admit_input(&mut self, session: SessionId, input: Input) {
+    pub(crate) fn admit_input(&mut self, session: SessionId, input: Input) {
         let wallet = self.links.get(&session).map(|l| l.wallet.as_str());
         if let Some(w) = wallet
             && !self.admin.moderation.admits(w, &input)
@@ -95,7 +95,7 @@ impl RoomState {
         self.room.input(session, input);
     }
 
-    pub(super) fn on_admin(&mut self, call: AdminCall, myself: &ActorRef<RoomMsg>) {
+    pub(crate) fn on_admin(&mut self, call: AdminCall) {
         match call {
             AdminCall::Inspect(reply) => {
                 let _ = reply.send(self.report());
@@ -120,7 +120,7 @@ impl RoomState {
             AdminCall::Close(reply) => {
                 let n = self.close();
                 let _ = reply.send(n);
-                myself.stop(Some("closed by an operator".into()));
+                self.request_stop("closed by an operator");
             }
             AdminCall::Teleport {
                 wallet,
@@ -138,13 +138,12 @@ impl RoomState {
     /// and audited either way. A kick detaches the target (`KICKED`: its gateway closes it with
     /// 4010 and keeps no resume entry) and removes it from the room at once; a close answers
     /// first, then closes the room as the admin API does.
-    pub(super) fn on_operator(
+    pub(crate) fn on_operator(
         &mut self,
         session: SessionId,
         seq: u32,
         op: pb::OperatorOp,
         target: String,
-        myself: &ActorRef<RoomMsg>,
     ) {
         use pb::OperatorOp as Op;
         let Some(link) = self.links.get(&session) else {
@@ -206,11 +205,11 @@ impl RoomState {
                 ok: outcome.is_ok(),
                 reason: outcome.err().unwrap_or_default().to_owned(),
             }),
-            super::Kind::Control,
+            Kind::Control,
         );
         if op == Op::CloseRoom && outcome.is_ok() {
             self.close();
-            myself.stop(Some("closed by an operator".into()));
+            self.request_stop("closed by an operator");
         }
     }
 
@@ -220,13 +219,13 @@ impl RoomState {
         let Some(link) = self.links.remove(&victim) else {
             return;
         };
-        let _ = link.tx.try_send(super::detach_message(
+        let _ = link.tx.offer(super::detach_message(
             node::DetachReason::Kicked,
             KICKED_MESSAGE,
         ));
         self.metrics.sessions.dec();
         self.room.leave(victim);
-        super::release_presence(&self.presence, &link);
+        self.release_presence(&link);
     }
 
     /// The session of the attached member `wallet`.
@@ -270,7 +269,7 @@ impl RoomState {
                 &self.admin.ticks,
                 &self.admin.bytes,
             ),
-            epoch: self.activation.epoch(),
+            epoch: self.lease.epoch(),
             node: self.node_id.clone(),
             sessions: self.links.len(),
             awaited: self.awaited.len(),
@@ -284,7 +283,7 @@ impl RoomState {
     fn close(&mut self) -> usize {
         let n = self.links.len();
         for link in self.links.values() {
-            let _ = link.tx.try_send(super::detach_message(
+            let _ = link.tx.offer(super::detach_message(
                 node::DetachReason::Rejected,
                 CLOSED_MESSAGE,
             ));
