@@ -937,4 +937,6 @@ fn reject_to_pb(r: RejectReason) -> pb::RejectReason {
 }
 
 #[cfg(test)]
+mod pair;
+#[cfg(test)]
 pub(crate) mod tests;

@@ -32,7 +32,7 @@ impl Clock for ManualClock {
 
 /// A lease the test confirms or lets lapse.
 #[derive(Debug)]
-pub(crate) struct Switch(AtomicBool);
+pub(crate) struct Switch(pub(crate) AtomicBool);
 
 impl LeaseView for Switch {
     fn may_commit(&self) -> bool {
@@ -49,7 +49,7 @@ impl LeaseView for Switch {
 pub(crate) struct Queue {
     pub(crate) q: Arc<Mutex<VecDeque<NodeOutbound>>>,
     cap: usize,
-    closed: Arc<AtomicBool>,
+    pub(crate) closed: Arc<AtomicBool>,
 }
 
 impl Queue {
