@@ -542,6 +542,22 @@ impl Cluster {
         );
     }
 
+    /// Asserts that presence empties (`/v1/peers` lists no one) within `within` (a lease TTL
+    /// plus a sweep interval once every client left); returns how long it took.
+    pub async fn assert_presence_empties(&self, within: Duration) -> Duration {
+        let empty = wait_until(within, || async {
+            self.peers_count().await.ok() == Some(0)
+        })
+        .await;
+        match empty {
+            Some(d) => d,
+            None => panic!(
+                "/v1/peers not empty after {within:?}: {} left",
+                self.peers_count().await.unwrap_or(usize::MAX)
+            ),
+        }
+    }
+
     /// Online users as the gateway's `GET /v1/peers` lists them (the number of entries).
     pub async fn peers_count(&self) -> anyhow::Result<usize> {
         let (status, body) = http_get(self.gateway.admin, "/v1/peers").await?;

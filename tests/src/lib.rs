@@ -7,6 +7,8 @@
 
 pub mod blackhole;
 pub mod cluster;
+pub mod otlp;
+pub mod up;
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -75,6 +77,20 @@ pub struct Closed {
     /// Errors the server sent before closing.
     pub errors: Vec<pb::Error>,
 }
+
+/// The server refused a request with this error (see [`Client::wait_joined`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Refused(pub pb::Error);
+
+impl std::fmt::Display for Refused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let code = pb::ErrorCode::try_from(self.0.code)
+            .map_or_else(|_| self.0.code.to_string(), |c| c.as_str_name().to_owned());
+        write!(f, "refused {code}: {}", self.0.message)
+    }
+}
+
+impl std::error::Error for Refused {}
 
 /// A frame the connection applied (what tests check about the chain).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -229,11 +245,13 @@ impl Client {
         self.wait_joined().await
     }
 
-    /// Waits for Joined.
+    /// Waits for Joined. An `Error` from the server before it is the refusal: returned as a
+    /// [`Refused`] (`err.downcast_ref::<Refused>()`), not waited out.
     pub async fn wait_joined(&mut self) -> anyhow::Result<u32> {
         loop {
             match self.recv().await? {
                 Some(server_envelope::Body::Joined(j)) => return Ok(j.entity_id),
+                Some(server_envelope::Body::Error(e)) => return Err(Refused(e).into()),
                 Some(_) => {}
                 None => anyhow::bail!("closed during join: {:?}", self.errors),
             }
@@ -493,8 +511,6 @@ pub async fn http_call(
     token: Option<&str>,
     body: Option<&str>,
 ) -> (u16, serde_json::Value) {
-    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
-    let mut s = TcpStream::connect(addr).await.unwrap();
     let auth = token.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
     let body = body.unwrap_or("");
     let req = format!(
@@ -502,35 +518,33 @@ pub async fn http_call(
          Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
         body.len()
     );
-    s.write_all(req.as_bytes()).await.unwrap();
-    let mut buf = Vec::new();
-    tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut buf))
+    let (status, body) = http_exchange(addr, &req, Duration::from_secs(10))
         .await
-        .expect("answer in time")
-        .unwrap();
-    let text = String::from_utf8_lossy(&buf).into_owned();
-    let status: u16 = text
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .expect("status line");
-    let body = text.split_once("\r\n\r\n").map_or("", |x| x.1);
+        .expect("an HTTP answer in time");
     (
         status,
-        serde_json::from_str(body).unwrap_or(serde_json::Value::Null),
+        serde_json::from_str(&body).unwrap_or(serde_json::Value::Null),
     )
 }
 
 /// A minimal HTTP/1.1 GET (status, body) for admin endpoints.
 pub async fn http_get(addr: SocketAddr, path: &str) -> anyhow::Result<(u16, String)> {
+    let req = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+    http_exchange(addr, &req, Duration::from_secs(5)).await
+}
+
+/// Writes one HTTP/1.1 request (`Connection: close`) on a fresh connection and reads the whole
+/// answer (bounded by `timeout`): (status, body).
+async fn http_exchange(
+    addr: SocketAddr,
+    request: &str,
+    timeout: Duration,
+) -> anyhow::Result<(u16, String)> {
     use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
     let mut s = TcpStream::connect(addr).await?;
-    s.write_all(
-        format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").as_bytes(),
-    )
-    .await?;
+    s.write_all(request.as_bytes()).await?;
     let mut buf = Vec::new();
-    tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut buf)).await??;
+    tokio::time::timeout(timeout, s.read_to_end(&mut buf)).await??;
     let text = String::from_utf8_lossy(&buf).into_owned();
     let status: u16 = text
         .split_whitespace()
@@ -621,6 +635,63 @@ pub async fn pick_up_crate_1(c: &mut Client, entity: u32, t: &mut f64) -> pb::Pr
     };
     assert_eq!((p.prop_id, p.holder_entity), (1, entity));
     p
+}
+
+/// `a` asks `b` (entity `b_entity`) to hold hands, `b` consents, `a` activates; waits for each
+/// step's event and returns the consent's id (the hold is active).
+pub async fn hold_hands(a: &mut Client, b: &mut Client, b_entity: u32) -> u64 {
+    consent(a, pb::ConsentOp::Request, "hand_hold", b_entity, 0).await;
+    let k = wait_event("requested", b, |k| {
+        consent_state(k).is_some_and(|s| s.1 == "requested")
+    })
+    .await;
+    let (hold, _) = consent_state(&k).expect("a consent event");
+    consent(b, pb::ConsentOp::Consent, "", 0, hold).await;
+    wait_event("consented", a, |k| {
+        consent_state(k).is_some_and(|s| s == (hold, "consented".into()))
+    })
+    .await;
+    consent(a, pb::ConsentOp::Activate, "", 0, hold).await;
+    wait_event("active", b, |k| {
+        consent_state(k).is_some_and(|s| s == (hold, "active".into()))
+    })
+    .await;
+    hold
+}
+
+/// Asks for crate 1 as `c` and asserts the room refuses it `already_held` (someone else still
+/// holds it `after` a fault: the room's state came through).
+pub async fn assert_crate_1_still_held(c: &mut Client, after: &str) {
+    c.send(interaction(pb::InteractionKind::Pickup, 1, [0.0; 3], ""))
+        .await
+        .unwrap();
+    let k = wait_event("refused", c, |k| matches!(k, pb::event::Kind::Rejected(_))).await;
+    assert!(
+        matches!(&k, pb::event::Kind::Rejected(r) if r.reason == "already_held"),
+        "the crate is still held after {after}: {k:?}"
+    );
+}
+
+/// Pumps both clients (they must stay connected) until `done` holds or `timeout` passes.
+pub async fn pump_both_until(
+    a: &mut Client,
+    b: &mut Client,
+    timeout: Duration,
+    mut done: impl FnMut(&Client, &Client) -> bool,
+) -> bool {
+    let deadline = tokio::time::Instant::now() + timeout;
+    while tokio::time::Instant::now() < deadline {
+        a.pump_for(Duration::from_millis(50))
+            .await
+            .expect("client a stays connected");
+        b.pump_for(Duration::from_millis(50))
+            .await
+            .expect("client b stays connected");
+        if done(a, b) {
+            return true;
+        }
+    }
+    false
 }
 
 /// Places `c` at its spawn and walks it to `to` in plausible steps (≤ 0.8 m per 0.1 s).

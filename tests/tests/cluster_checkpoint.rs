@@ -1,4 +1,4 @@
-//! A node's death keeps its rooms' state (issue 11 item 4; RELIABILITY F1 with G3): rooms
+//! A node's death keeps its rooms' state (issue 11 item 4; REQUIREMENTS.md F1 with G3): rooms
 //! checkpoint their state to the directory every `room.checkpoint_interval_ms` (5 s shipped),
 //! and the next activation after a kill -9 restores the latest checkpoint, brought up to date
 //! from the audit log. Two clients in a room: a holds crate 1 and holds hands with b (active);
@@ -10,33 +10,12 @@
 
 use std::time::Duration;
 
-use plaza_proto::pb::{self, InteractionKind};
+use plaza_proto::pb;
 use plaza_tests::cluster::{Cluster, ClusterOpts, assert_fault_held};
 use plaza_tests::{
-    Client, consent, consent_state, interaction, pick_up_crate_1, scrape_metrics, wait_event,
+    Client, assert_crate_1_still_held, consent, consent_state, hold_hands, pick_up_crate_1,
+    pump_both_until, scrape_metrics, wait_event,
 };
-
-/// Pumps both clients (they must stay connected) until `done` holds or `timeout` passes.
-async fn pump_both_until(
-    a: &mut Client,
-    b: &mut Client,
-    timeout: Duration,
-    mut done: impl FnMut(&Client, &Client) -> bool,
-) -> bool {
-    let deadline = tokio::time::Instant::now() + timeout;
-    while tokio::time::Instant::now() < deadline {
-        a.pump_for(Duration::from_millis(50))
-            .await
-            .expect("client a stays connected");
-        b.pump_for(Duration::from_millis(50))
-            .await
-            .expect("client b stays connected");
-        if done(a, b) {
-            return true;
-        }
-    }
-    false
-}
 
 /// The node's `plaza_placement_events_total{event="checkpointed"}`.
 async fn checkpoints(admin: std::net::SocketAddr) -> u64 {
@@ -67,22 +46,7 @@ async fn a_killed_node_s_room_comes_back_from_its_checkpoint() {
     let mut b = Client::connect(&url).await.unwrap();
     let eb = b.join(room).await.unwrap();
     pick_up_crate_1(&mut a, ea, &mut 1.0).await;
-    consent(&mut a, pb::ConsentOp::Request, "hand_hold", eb, 0).await;
-    let k = wait_event("requested", &mut b, |k| {
-        consent_state(k).is_some_and(|s| s.1 == "requested")
-    })
-    .await;
-    let (hold, _) = consent_state(&k).unwrap();
-    consent(&mut b, pb::ConsentOp::Consent, "", 0, hold).await;
-    wait_event("consented", &mut a, |k| {
-        consent_state(k).is_some_and(|s| s == (hold, "consented".into()))
-    })
-    .await;
-    consent(&mut a, pb::ConsentOp::Activate, "", 0, hold).await;
-    wait_event("active", &mut b, |k| {
-        consent_state(k).is_some_and(|s| s == (hold, "active".into()))
-    })
-    .await;
+    let hold = hold_hands(&mut a, &mut b, eb).await;
     consent(&mut a, pb::ConsentOp::Request, "follow", eb, 0).await;
     let k = wait_event("follow requested", &mut b, |k| {
         consent_state(k).is_some_and(|s| s.1 == "requested" && s.0 != hold)
@@ -133,17 +97,7 @@ async fn a_killed_node_s_room_comes_back_from_its_checkpoint() {
         "same avatars after the crash"
     );
     // The crate is still a's.
-    b.send(interaction(InteractionKind::Pickup, 1, [0.0; 3], ""))
-        .await
-        .unwrap();
-    let k = wait_event("refused", &mut b, |k| {
-        matches!(k, pb::event::Kind::Rejected(_))
-    })
-    .await;
-    assert!(
-        matches!(&k, pb::event::Kind::Rejected(r) if r.reason == "already_held"),
-        "the crate is still held after the crash: {k:?}"
-    );
+    assert_crate_1_still_held(&mut b, "the crash").await;
     // The declined follow did not come back: consenting to it is refused.
     consent(&mut b, pb::ConsentOp::Consent, "", 0, follow).await;
     let k = wait_event("follow refused", &mut b, |k| {

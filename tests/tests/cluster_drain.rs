@@ -12,29 +12,10 @@ use std::time::Duration;
 
 use plaza_proto::pb::{self, InteractionKind};
 use plaza_tests::cluster::{Cluster, ClusterOpts, assert_fault_held, wait_until};
-use plaza_tests::{Client, consent, consent_state, interaction, pick_up_crate_1, wait_event};
-
-/// Pumps both clients (they must stay connected) until `done` holds or `timeout` passes.
-async fn pump_both_until(
-    a: &mut Client,
-    b: &mut Client,
-    timeout: Duration,
-    mut done: impl FnMut(&Client, &Client) -> bool,
-) -> bool {
-    let deadline = tokio::time::Instant::now() + timeout;
-    while tokio::time::Instant::now() < deadline {
-        a.pump_for(Duration::from_millis(50))
-            .await
-            .expect("client a stays connected");
-        b.pump_for(Duration::from_millis(50))
-            .await
-            .expect("client b stays connected");
-        if done(a, b) {
-            return true;
-        }
-    }
-    false
-}
+use plaza_tests::{
+    Client, assert_crate_1_still_held, consent, consent_state, hold_hands, interaction,
+    pick_up_crate_1, pump_both_until, wait_event,
+};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_draining_node_hands_its_rooms_off_without_disconnects() {
@@ -65,22 +46,7 @@ async fn drain(opts: ClusterOpts, prefix: &str) {
     let eb = b.join(state_room).await.unwrap();
     let p = pick_up_crate_1(&mut a, ea, &mut 1.0).await;
     let rev = p.revision;
-    consent(&mut a, pb::ConsentOp::Request, "hand_hold", eb, 0).await;
-    let k = wait_event("requested", &mut b, |k| {
-        consent_state(k).is_some_and(|s| s.1 == "requested")
-    })
-    .await;
-    let (hold, _) = consent_state(&k).unwrap();
-    consent(&mut b, pb::ConsentOp::Consent, "", 0, hold).await;
-    wait_event("consented", &mut a, |k| {
-        consent_state(k).is_some_and(|s| s == (hold, "consented".into()))
-    })
-    .await;
-    consent(&mut a, pb::ConsentOp::Activate, "", 0, hold).await;
-    wait_event("active", &mut b, |k| {
-        consent_state(k).is_some_and(|s| s == (hold, "active".into()))
-    })
-    .await;
+    let hold = hold_hands(&mut a, &mut b, eb).await;
     assert_eq!((a.joins, b.joins), (1, 1));
 
     // The victim is the node hosting the two clients' room.
@@ -131,17 +97,7 @@ async fn drain(opts: ClusterOpts, prefix: &str) {
         (ea, eb),
         "same avatars after the move"
     );
-    b.send(interaction(InteractionKind::Pickup, 1, [0.0; 3], ""))
-        .await
-        .unwrap();
-    let k = wait_event("refused", &mut b, |k| {
-        matches!(k, pb::event::Kind::Rejected(_))
-    })
-    .await;
-    assert!(
-        matches!(&k, pb::event::Kind::Rejected(r) if r.reason == "already_held"),
-        "the crate is still held after the move: {k:?}"
-    );
+    assert_crate_1_still_held(&mut b, "the move").await;
     a.send(interaction(InteractionKind::Place, 1, [5.0, 0.25, 4.5], ""))
         .await
         .unwrap();

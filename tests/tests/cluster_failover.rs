@@ -188,14 +188,6 @@ async fn a_killed_node_s_sessions_resume_on_live_nodes() {
     );
 
     // Bots left at the end of the run: presence empties within lease TTL + sweep interval.
-    let empty = wait_until(ttl + sweep, || async {
-        c.peers_count().await.ok() == Some(0)
-    })
-    .await;
-    assert!(
-        empty.is_some(),
-        "/v1/peers not empty after lease TTL + sweep: {} left",
-        c.peers_count().await.unwrap_or(usize::MAX)
-    );
+    let empty = c.assert_presence_empties(ttl + sweep).await;
     eprintln!("peers empty {empty:?} after the run ended");
 }

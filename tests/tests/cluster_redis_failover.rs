@@ -93,13 +93,5 @@ async fn a_killed_redis_master_s_replica_takes_over_and_no_bot_is_lost() {
     assert!(sum.rooms >= rooms, "{sum:?}");
 
     // Bots left at the end of the run: presence empties within lease TTL + sweep interval.
-    let empty = wait_until(ttl + sweep, || async {
-        c.peers_count().await.ok() == Some(0)
-    })
-    .await;
-    assert!(
-        empty.is_some(),
-        "/v1/peers not empty after lease TTL + sweep: {} left",
-        c.peers_count().await.unwrap_or(usize::MAX)
-    );
+    c.assert_presence_empties(ttl + sweep).await;
 }

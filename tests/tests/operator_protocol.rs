@@ -5,33 +5,14 @@
 //! `plaza::audit` log.
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use plaza_gateway::auth::test_keys::{Signer, jwks_json};
 use plaza_proto::pb::{self, client_envelope, server_envelope};
-use plaza_tests::cluster::{free_port, plaza_bin, wait_until};
+use plaza_tests::cluster::wait_until;
+use plaza_tests::up::PlazaUp;
 use plaza_tests::{Client, http_get};
 use serde_json::{Value, json};
-
-struct Up {
-    child: Child,
-    log: PathBuf,
-}
-
-impl Drop for Up {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Up {
-    fn log(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-}
 
 fn token(k: &Signer, sub: &str, role: Option<&str>) -> String {
     let now = SystemTime::now()
@@ -120,36 +101,17 @@ async fn only_an_operator_session_kicks_mutes_and_closes_and_every_action_is_aud
     std::fs::create_dir_all(&dir).unwrap();
     let jwks = dir.join("jwks.json");
     std::fs::write(&jwks, jwks_json(&[&k])).unwrap();
-    let log = dir.join("up.log");
-    let out = std::fs::File::create(&log).unwrap();
-    let ws: SocketAddr = ([127, 0, 0, 1], free_port()).into();
-    let admin: SocketAddr = ([127, 0, 0, 1], free_port()).into();
-    let mut cmd = Command::new(plaza_bin().unwrap());
-    cmd.args(["up", "--listen", &ws.to_string()])
-        .args(["--admin-listen", &admin.to_string()]);
-    for (k, _) in std::env::vars() {
-        if k.starts_with("PLAZA__") || k.starts_with("OTEL_") || k == "RUST_LOG" {
-            cmd.env_remove(k);
-        }
-    }
-    cmd.env("PLAZA__AUTH__MODE", "jwt")
-        .env("PLAZA__AUTH__JWKS_FILE", &jwks)
-        .env("PLAZA__LOG__LEVEL", "info");
-    let up = Up {
-        child: cmd
-            .stdin(Stdio::null())
-            .stdout(out.try_clone().unwrap())
-            .stderr(out)
-            .spawn()
-            .unwrap(),
-        log,
-    };
-    let ready = wait_until(Duration::from_secs(30), || async {
-        matches!(http_get(admin, "/readyz").await, Ok((200, _)))
-    })
-    .await;
-    assert!(ready.is_some(), "plaza up never ready:\n{}", up.log());
-    let url = format!("ws://{ws}/v1/ws");
+    let up = PlazaUp::start(
+        dir.join("up.log"),
+        &[
+            ("PLAZA__AUTH__MODE", "jwt".into()),
+            ("PLAZA__AUTH__JWKS_FILE", jwks.display().to_string()),
+            ("PLAZA__LOG__LEVEL", "info".into()),
+        ],
+    );
+    up.wait_ready().await;
+    let admin = up.admin;
+    let url = up.url();
     use pb::OperatorOp as Op;
 
     let mut moderator = sign_in(&url, &token(&k, "mod", Some("operator"))).await;

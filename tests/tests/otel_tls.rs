@@ -3,48 +3,13 @@
 //! server in this test, with a certificate the test makes with `rcgen`), trusting the test's
 //! CA either by `OTEL_EXPORTER_OTLP_CERTIFICATE` or as a system root (`SSL_CERT_FILE`).
 
-use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
-
-use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{
-    TraceService, TraceServiceServer,
-};
-use opentelemetry_proto::tonic::collector::trace::v1::{
-    ExportTraceServiceRequest, ExportTraceServiceResponse,
-};
-use plaza_tests::cluster::{free_port, plaza_bin, wait_until};
-use plaza_tests::{Client, http_get};
+use plaza_tests::cluster::free_port;
+use plaza_tests::otlp::{Collector, join_and_collect};
 use rcgen::{
     BasicConstraints, CertificateParams, CertifiedIssuer, DnType, ExtendedKeyUsagePurpose, IsCa,
     KeyPair, KeyUsagePurpose,
 };
-
-/// The names of the spans the collector got.
-#[derive(Clone, Default)]
-struct Collector {
-    spans: Arc<Mutex<Vec<String>>>,
-}
-
-#[tonic::async_trait]
-impl TraceService for Collector {
-    async fn export(
-        &self,
-        req: tonic::Request<ExportTraceServiceRequest>,
-    ) -> Result<tonic::Response<ExportTraceServiceResponse>, tonic::Status> {
-        let mut spans = self.spans.lock().unwrap();
-        for rs in req.into_inner().resource_spans {
-            for ss in rs.scope_spans {
-                spans.extend(ss.spans.into_iter().map(|s| s.name));
-            }
-        }
-        Ok(tonic::Response::new(ExportTraceServiceResponse {
-            partial_success: None,
-        }))
-    }
-}
+use std::path::{Path, PathBuf};
 
 /// A CA and a collector certificate for `127.0.0.1` signed by it, in `dir`:
 /// (CA file, certificate file, key file).
@@ -70,96 +35,6 @@ fn pki(dir: &Path) -> (PathBuf, PathBuf, PathBuf) {
     files
 }
 
-async fn start_tls_collector(cert: &Path, key: &Path) -> (Collector, SocketAddr) {
-    let collector = Collector::default();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let incoming = tonic::transport::server::TcpIncoming::from(listener);
-    let tls =
-        tonic::transport::ServerTlsConfig::new().identity(tonic::transport::Identity::from_pem(
-            std::fs::read(cert).unwrap(),
-            std::fs::read(key).unwrap(),
-        ));
-    let svc = TraceServiceServer::new(collector.clone());
-    let server = tonic::transport::Server::builder()
-        .tls_config(tls)
-        .unwrap()
-        .add_service(svc);
-    tokio::spawn(async move {
-        server.serve_with_incoming(incoming).await.unwrap();
-    });
-    (collector, addr)
-}
-
-struct Up {
-    child: Child,
-    log: PathBuf,
-}
-
-impl Drop for Up {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// `plaza up` with a clean environment (no `OTEL_*`, `PLAZA__*`, `SSL_CERT_*`) plus `env`;
-/// joins a room through it and waits (bounded) until the collector has the join's spans.
-async fn join_and_collect(name: &str, env: &[(&str, String)], c: &Collector) {
-    let bin = plaza_bin().unwrap();
-    let ws: SocketAddr = ([127, 0, 0, 1], free_port()).into();
-    let admin: SocketAddr = ([127, 0, 0, 1], free_port()).into();
-    let log =
-        std::env::temp_dir().join(format!("plaza-otel-tls-{}-{name}.log", std::process::id()));
-    let out = std::fs::File::create(&log).unwrap();
-    let mut cmd = Command::new(bin);
-    cmd.args(["up", "--listen", &ws.to_string()])
-        .args(["--admin-listen", &admin.to_string()]);
-    for (k, _) in std::env::vars() {
-        if k.starts_with("OTEL_")
-            || k.starts_with("PLAZA__")
-            || k.starts_with("SSL_CERT_")
-            || k == "RUST_LOG"
-        {
-            cmd.env_remove(k);
-        }
-    }
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    let up = Up {
-        child: cmd
-            .stdin(Stdio::null())
-            .stdout(out.try_clone().unwrap())
-            .stderr(out)
-            .spawn()
-            .unwrap(),
-        log,
-    };
-    let tail = || std::fs::read_to_string(&up.log).unwrap_or_default();
-    let ready = wait_until(Duration::from_secs(30), || async {
-        matches!(http_get(admin, "/readyz").await, Ok((200, _)))
-    })
-    .await;
-    assert!(ready.is_some(), "plaza up never ready:\n{}", tail());
-    let mut client = Client::connect(&format!("ws://{ws}/v1/ws")).await.unwrap();
-    client.join("otel-tls").await.unwrap();
-    client.pump_for(Duration::from_millis(300)).await.unwrap();
-    client.close().await;
-    let want = ["session", "gateway.attach"];
-    let got = wait_until(Duration::from_secs(20), || async {
-        let spans = c.spans.lock().unwrap();
-        want.iter().all(|w| spans.iter().any(|s| s == w))
-    })
-    .await;
-    assert!(
-        got.is_some(),
-        "{name}: spans {want:?} never exported over https; got {:?}\n{}",
-        c.spans.lock().unwrap(),
-        tail()
-    );
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn plaza_up_exports_traces_to_an_https_collector() {
     let dir = std::env::temp_dir().join(format!(
@@ -171,7 +46,7 @@ async fn plaza_up_exports_traces_to_an_https_collector() {
     let (ca, cert, key) = pki(&dir);
 
     // The CA named by the OpenTelemetry variable.
-    let (c, addr) = start_tls_collector(&cert, &key).await;
+    let (c, addr) = Collector::start_tls(&cert, &key).await;
     join_and_collect(
         "otlp-certificate",
         &[
@@ -183,7 +58,7 @@ async fn plaza_up_exports_traces_to_an_https_collector() {
     .await;
 
     // No OTLP certificate variable: the system's roots, here the test CA as SSL_CERT_FILE.
-    let (c, addr) = start_tls_collector(&cert, &key).await;
+    let (c, addr) = Collector::start_tls(&cert, &key).await;
     join_and_collect(
         "system-roots",
         &[

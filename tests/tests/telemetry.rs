@@ -1,54 +1,14 @@
 //! With an OTLP endpoint configured, a join produces one trace spanning gateway and node.
 //! The collector is a real OTLP/gRPC server in this test.
 
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{
-    TraceService, TraceServiceServer,
-};
-use opentelemetry_proto::tonic::collector::trace::v1::{
-    ExportTraceServiceRequest, ExportTraceServiceResponse,
-};
-use opentelemetry_proto::tonic::trace::v1::Span;
+use plaza_tests::otlp::Collector;
 use plaza_tests::{Client, start_plaza, test_config, ws_url};
-
-#[derive(Clone, Default)]
-struct Collector {
-    spans: Arc<Mutex<Vec<Span>>>,
-}
-
-#[tonic::async_trait]
-impl TraceService for Collector {
-    async fn export(
-        &self,
-        req: tonic::Request<ExportTraceServiceRequest>,
-    ) -> Result<tonic::Response<ExportTraceServiceResponse>, tonic::Status> {
-        let mut spans = self.spans.lock().unwrap();
-        for rs in req.into_inner().resource_spans {
-            for ss in rs.scope_spans {
-                spans.extend(ss.spans);
-            }
-        }
-        Ok(tonic::Response::new(ExportTraceServiceResponse {
-            partial_success: None,
-        }))
-    }
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_join_is_one_trace_across_gateway_and_node() {
-    let collector = Collector::default();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let svc = TraceServiceServer::new(collector.clone());
-    tokio::spawn(async move {
-        tonic::transport::Server::builder()
-            .add_service(svc)
-            .serve_with_incoming(tokio_stream_incoming(listener))
-            .await
-            .unwrap();
-    });
+    let (collector, addr) = Collector::start().await;
 
     let mut cfg = test_config();
     cfg.telemetry.otlp_endpoint = format!("http://{addr}");
@@ -61,23 +21,13 @@ async fn a_join_is_one_trace_across_gateway_and_node() {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     let (gw, node) = loop {
         telemetry.flush();
-        {
-            let spans = collector.spans.lock().unwrap();
-            let gw = spans.iter().find(|s| s.name == "gateway.attach").cloned();
-            let node = spans.iter().find(|s| s.name == "node.attach").cloned();
-            if let (Some(g), Some(n)) = (gw, node) {
-                break (g, n);
-            }
+        let gw = collector.find("gateway.attach");
+        let node = collector.find("node.attach");
+        if let (Some(g), Some(n)) = (gw, node) {
+            break (g.span, n.span);
         }
         if tokio::time::Instant::now() >= deadline {
-            let names: Vec<String> = collector
-                .spans
-                .lock()
-                .unwrap()
-                .iter()
-                .map(|s| s.name.clone())
-                .collect();
-            panic!("spans never exported; got {names:?}");
+            panic!("spans never exported; got {:?}", collector.names());
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
@@ -91,13 +41,4 @@ async fn a_join_is_one_trace_across_gateway_and_node() {
     );
     plaza.shutdown().await;
     telemetry.shutdown();
-}
-
-fn tokio_stream_incoming(
-    l: tokio::net::TcpListener,
-) -> impl futures_util::Stream<Item = std::io::Result<tokio::net::TcpStream>> {
-    futures_util::stream::unfold(l, |l| async move {
-        let r = l.accept().await.map(|(s, _)| s);
-        Some((r, l))
-    })
 }
