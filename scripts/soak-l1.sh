@@ -4,7 +4,7 @@
 # work p99 (the whole run; and, from the per-second series, the median per-second p99 of the
 # first vs the last tenth of the run, and the worst second) and the RSS slope of the plaza process (a least-squares line through
 # `process_resident_memory_bytes` sampled from /metrics every 10 s, the first tenth of the
-# run skipped as warm-up), in MiB per hour. Pass criteria (RELIABILITY.md L1): tick p99 < 25 ms
+# run skipped as warm-up), in MiB per hour. Pass criteria (REQUIREMENTS.md L1): tick p99 < 25 ms
 # and flat, RSS slope ~ 0; the script prints them and exits 1 if the tick bound or a lost bot
 # fails (the slope is reported, for a human to judge against the run's length).
 #

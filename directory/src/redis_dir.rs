@@ -19,7 +19,7 @@
 //! # Writes that scale with rooms
 //! A room's members are leased through their **activation** (the room's epoch): a member is
 //! live while its own lease from registration runs, or while it is *chained* to its
-//! activation's presence deadline. One renewal per room per period ([`Directory::renew_room`]:
+//! activation's presence deadline. One renewal per room per period ([`crate::Directory::renew_room`]:
 //! one script, a handful of commands) extends the lease and the activation's presence deadline
 //! and chains the members registered since the previous renewal that are still live; members
 //! are never touched one by one on the hot path. A dead node's activations stop being renewed,
@@ -53,7 +53,7 @@
 //! - The consent audit log and handoff states are only as durable as Redis persistence:
 //!   run with AOF (`appendonly yes`, `appendfsync everysec` or `always`) for G3. Leases and
 //!   presence need no persistence (they are rebuilt by renewals within one lease TTL).
-//! - Someone must call [`Directory::sweep`] periodically (e.g. [`crate::Sweeper`] on every
+//! - Someone must call [`crate::Directory::sweep`] periodically (e.g. [`crate::Sweeper`] on every
 //!   node; concurrent sweeps are safe).
 //! - The key prefix must not contain `{` or `}` (it would pin every key to one slot).
 //!

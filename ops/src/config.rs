@@ -271,15 +271,9 @@ pub struct NodeSection {
     pub tls_client_ca: String,
 }
 
-/// A room's capacity tier.
-#[derive(Clone, Copy, Debug, Deserialize, Serialize, PartialEq, Eq)]
-#[serde(rename_all = "lowercase")]
-pub enum Tier {
-    /// 32 visible, 32 kbit/s.
-    Class,
-    /// 256 visible, 256 kbit/s.
-    Stadium,
-}
+/// A room's capacity tier (`class`: 32 visible, 32 kbit/s; `stadium`: 256 visible,
+/// 256 kbit/s): the room core's own type.
+pub use plaza_room_core::CapacityTier;
 
 /// `[room]`
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
@@ -289,7 +283,7 @@ pub struct RoomSection {
     pub tick_hz: u32,
     pub broadcast_hz: u32,
     pub max_members: u32,
-    pub tier: Tier,
+    pub tier: CapacityTier,
     pub interest_cap: u32,
     pub budget_bytes_per_s: u32,
     pub expression_hz: u32,
@@ -313,7 +307,7 @@ pub struct RoomRuleSection {
     pub pattern: String,
     /// Capacity tier.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub tier: Option<Tier>,
+    pub tier: Option<CapacityTier>,
     /// Visible avatars per client (0: the tier's default).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub interest_cap: Option<u32>,
@@ -346,13 +340,6 @@ pub struct RoomRuleSection {
     pub spawn_points: Option<Vec<plaza_room_core::SpawnPoint>>,
 }
 
-pub(crate) fn core_tier(t: Tier) -> plaza_room_core::CapacityTier {
-    match t {
-        Tier::Class => plaza_room_core::CapacityTier::Class,
-        Tier::Stadium => plaza_room_core::CapacityTier::Stadium,
-    }
-}
-
 impl RoomRuleSection {
     /// `base` (the node default) with this entry's settings, checked.
     pub fn apply(
@@ -369,8 +356,7 @@ impl RoomRuleSection {
             );
         }
         let mut cfg = base.clone();
-        if let Some(t) = self.tier {
-            let tier = core_tier(t);
+        if let Some(tier) = self.tier {
             cfg.tier = tier;
             cfg.interest_cap = tier.default_interest_cap();
             cfg.budget_bytes_per_s = tier.default_budget_bytes_per_s();

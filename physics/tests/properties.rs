@@ -1,4 +1,4 @@
-//! Property tests of movement authority (RELIABILITY G6): whatever a client sends, no
+//! Property tests of movement authority (REQUIREMENTS.md G6): whatever a client sends, no
 //! accepted step exceeds `v_max·Δt + ε`, no accepted position leaves the room or sinks into
 //! static geometry, and nothing panics.
 

@@ -1,5 +1,5 @@
 //! Bad input gets a typed close code, and a well-behaved client in the same room sees no gap in
-//! its frames while it happens (DESIGN invariant 5, RELIABILITY G5 / B1–B4, B9).
+//! its frames while it happens (REQUIREMENTS.md invariant 5, REQUIREMENTS.md G5 / B1–B4, B9).
 
 use std::time::Duration;
 

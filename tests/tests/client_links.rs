@@ -88,7 +88,7 @@ async fn walk(c: &mut Client, i: usize, start: Instant) -> anyhow::Result<([f32;
 async fn lossy_jittery_client_links_stay_exact_without_a_resync_storm() {
     let mut cfg = test_config();
     // Everyone sees everyone (a class room shows its 32 nearest; 12 fit either way).
-    cfg.room.tier = plaza_ops::config::Tier::Stadium;
+    cfg.room.tier = plaza_ops::config::CapacityTier::Stadium;
     let plaza = start_plaza(&cfg).await;
     let gateway = plaza.ws_addr().expect("plaza runs a gateway");
     let link = Link {

@@ -1,4 +1,4 @@
-//! Clock skew on room nodes (RELIABILITY.md F9): two nodes run with their wall clocks 2 s ahead
+//! Clock skew on room nodes (REQUIREMENTS.md F9): two nodes run with their wall clocks 2 s ahead
 //! and 2 s behind (libfaketime, `faketime -f ±2s`; the monotonic clock is left alone, as NTP
 //! skew would leave it). Every lease is measured on the directory's clock (Redis `TIME`) and
 //! every local deadline on the monotonic clock, so the skew must change nothing: when the one

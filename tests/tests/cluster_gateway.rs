@@ -1,4 +1,4 @@
-//! Multi-process gateway faults (RELIABILITY.md F2 and a gateway roll), on the shipped defaults:
+//! Multi-process gateway faults (REQUIREMENTS.md F2 and a gateway roll), on the shipped defaults:
 //! Redis + 3 nodes + **2 gateways**, the bots spread over both (`plaza-load` with two gateway
 //! URLs: a bot whose gateway goes away comes back through the next one with its resume token).
 //!

@@ -1,4 +1,4 @@
-//! Multi-process partition between the gateway and one room node (RELIABILITY.md F6): the
+//! Multi-process partition between the gateway and one room node (REQUIREMENTS.md F6): the
 //! third node registers a [`Blackhole`] proxy in front of its gRPC port as its address, so
 //! every gateway ↔ node stream to it runs through the proxy, which the test cuts mid-run
 //! (bytes stop both ways; nothing is reset). The node still reaches Redis and keeps its leases.

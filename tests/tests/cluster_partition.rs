@@ -1,4 +1,4 @@
-//! Multi-process partition between a room node and Redis (RELIABILITY.md F5): the third node
+//! Multi-process partition between a room node and Redis (REQUIREMENTS.md F5): the third node
 //! reaches Redis through a [`Blackhole`] proxy, which the test cuts mid-run (bytes stop both
 //! ways; nothing is reset). The isolated node cannot renew its leases: its rooms stop sending
 //! before their leases can lapse, give up after a TTL, and the gateway (which still reaches

@@ -1,4 +1,4 @@
-//! Multi-process process pause (RELIABILITY.md F7): a node is frozen with SIGSTOP for twice the
+//! Multi-process process pause (REQUIREMENTS.md F7): a node is frozen with SIGSTOP for twice the
 //! lease TTL, then continued with SIGCONT. While it is frozen its leases lapse, and a client
 //! joining one of its rooms gets that room activated on a live node under a newer epoch. When the
 //! frozen node wakes, its room activations find their lease deadline passed and commit nothing —

@@ -1,5 +1,5 @@
 //! Multi-process: Redis loses all its data mid-run — restarted empty, or `FLUSHALL` through a
-//! client connection (RELIABILITY.md F4). Rooms keep running; their directory writers find no
+//! client connection (REQUIREMENTS.md F4). Rooms keep running; their directory writers find no
 //! placement, reclaim it under a new, greater epoch and register every member again; nodes
 //! re-register at their next heartbeat. No room is activated twice (checked on the event logs),
 //! presence is whole again within lease TTL + one sweep, no bot is lost, no session is closed

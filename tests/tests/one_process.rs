@@ -12,7 +12,7 @@ use plaza_tests::{Client, eventually, http_get, start_plaza, test_config, ws_url
 async fn fifty_clients_see_each_other_at_their_latest_positions() {
     // A class room shows each client its 32 nearest; this room shows everyone.
     let mut cfg = test_config();
-    cfg.room.tier = plaza_ops::config::Tier::Stadium;
+    cfg.room.tier = plaza_ops::config::CapacityTier::Stadium;
     let plaza = start_plaza(&cfg).await;
     let url = ws_url(&plaza);
     let mut clients = Vec::new();

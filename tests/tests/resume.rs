@@ -1,5 +1,5 @@
 //! Sessions survive the loss of their gateway: the client reconnects with its resume token to
-//! another gateway and gets its session, identity and entity back (RELIABILITY G4).
+//! another gateway and gets its session, identity and entity back (REQUIREMENTS.md G4).
 
 use std::sync::Arc;
 use std::time::Duration;

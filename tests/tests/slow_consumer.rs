@@ -9,7 +9,7 @@ use plaza_tests::{Client, scrape_metrics, start_plaza, test_config, ws_url};
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_that_stops_reading_is_disconnected_and_others_are_unaffected() {
     let mut cfg = test_config();
-    cfg.room.tier = plaza_ops::config::Tier::Stadium;
+    cfg.room.tier = plaza_ops::config::CapacityTier::Stadium;
     cfg.gateway.outbound_queue = 4;
     cfg.gateway.slow_strikes = 2;
     cfg.gateway.socket_send_buffer = 4096;

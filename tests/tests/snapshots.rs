@@ -1,4 +1,4 @@
-//! A client's view is exact (DESIGN invariant 4): a client whose held state is corrupted is
+//! A client's view is exact (REQUIREMENTS.md invariant 4): a client whose held state is corrupted is
 //! detected by the periodic check and healed by a keyframe within one check period.
 
 use std::time::Duration;

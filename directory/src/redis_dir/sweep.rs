@@ -11,7 +11,7 @@ use crate::error::DirectoryError;
 const SWEEP_BATCH: u32 = 500;
 /// How long a sweeper holds the index items it is looking at (others skip them), ms.
 const SWEEP_LEASE_MS: u64 = 5_000;
-/// Most sweep steps of one [`Directory::sweep`] call (bounds one call's work).
+/// Most sweep steps of one [`crate::Directory::sweep`] call (bounds one call's work).
 pub(super) const SWEEP_STEPS: u32 = 64;
 
 impl RedisDirectory {

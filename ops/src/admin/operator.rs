@@ -1,5 +1,5 @@
 //! The operator API's node, room and session calls (behind the admin token, audited by
-//! [`super::require_token`]) and their typed JSON errors.
+//! `require_token` in the admin module) and their typed JSON errors.
 //!
 //! Every answer is JSON: `{"ok":true,…}` or `{"ok":false,"error":CODE,"message":…}` with the
 //! status the code implies (400 a bad path or body, 404 an unknown room, member or session, 409 a

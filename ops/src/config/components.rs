@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use super::{DirectorySection, PlazaConfig, core_tier};
+use super::{DirectorySection, PlazaConfig};
 
 impl PlazaConfig {
     /// The room definition `room.definition` names (the built-in plaza when empty), loaded and
@@ -20,7 +20,7 @@ impl PlazaConfig {
     fn default_room(&self) -> Result<plaza_room_core::RoomConfig, String> {
         use plaza_room_core::RoomConfig;
         let r = &self.room;
-        let mut room = RoomConfig::for_tier(core_tier(r.tier));
+        let mut room = RoomConfig::for_tier(r.tier);
         room.tick_hz = r.tick_hz;
         room.broadcast_hz = r.broadcast_hz;
         room.max_members = r.max_members;

@@ -64,7 +64,7 @@ impl Default for EncoderConfig {
     }
 }
 
-/// What one [`FrameEncoder::encode`] did.
+/// What one [`super::FrameEncoder::encode`] did.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct EncodeStats {
     /// Bytes appended.

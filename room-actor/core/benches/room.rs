@@ -1,6 +1,6 @@
 //! Room benchmarks: the interest query per client, the cost of one full room tick (simulate +
 //! broadcast) for 100 to 1,000 random-walking avatars, and the bytes each client receives per
-//! second through [`Room`] (not just the encoder), beside the floor figures of DESIGN.md.
+//! second through [`Room`] (not just the encoder), beside the bandwidth floor of REQUIREMENTS.md.
 //!
 //! `cargo bench -p plaza-room-core --bench room` prints the tick table (mean, p50, p99, max of
 //! per-tick time from its own measurement loop) and the bandwidth table first, then runs the
@@ -400,7 +400,7 @@ fn tick_report() {
     }
 }
 
-/// Bytes per client per second through the room, beside DESIGN.md's floor figures.
+/// Bytes per client per second through the room, beside the bandwidth floor of REQUIREMENTS.md.
 fn bandwidth_report() {
     let secs: u64 = if ci() { 4 } else { 20 };
     let cases: &[(usize, CapacityTier, &str)] = &[

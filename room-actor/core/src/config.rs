@@ -7,14 +7,26 @@ use crate::interactions::DEFAULT_REACH_M;
 use crate::interest::DEFAULT_TIER_BANDS_M;
 use crate::scene::SceneConfig;
 
-/// A room's capacity tier: it sets the default interest cap and bandwidth budget.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+/// A room's capacity tier: it sets the default interest cap and bandwidth budget. The one
+/// definition: `room.tier` in the configuration deserializes to it (`class`, `stadium`) and
+/// `plaza.v1.CapacityTier` is its wire form ([`From`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
 pub enum CapacityTier {
     /// Up to 32 visible avatars, 32 kbit/s per client.
     #[default]
     Class,
     /// Up to 256 visible avatars, 256 kbit/s per client.
     Stadium,
+}
+
+impl From<CapacityTier> for plaza_proto::pb::CapacityTier {
+    fn from(t: CapacityTier) -> Self {
+        match t {
+            CapacityTier::Class => Self::Class,
+            CapacityTier::Stadium => Self::Stadium,
+        }
+    }
 }
 
 impl CapacityTier {
@@ -48,7 +60,7 @@ pub struct RoomConfig {
     pub tick_hz: u32,
     /// Snapshot broadcasts per second (at most `tick_hz`).
     pub broadcast_hz: u32,
-    /// Most members the room admits; a join beyond it is refused with [`JoinRefusal::RoomFull`].
+    /// Most members the room admits; a join beyond it is refused with [`crate::JoinRefusal::RoomFull`].
     pub max_members: u32,
     /// Capacity tier (interest cap and budget defaults).
     pub tier: CapacityTier,

@@ -34,7 +34,7 @@ pub struct MoveInput {
 /// Inputs a member sends between ticks.
 ///
 /// `seq` is the client envelope sequence: a refusal answers it in
-/// [`EventBody::Rejected::in_reply_to`].
+/// the `in_reply_to` of [`crate::events::EventBody::Rejected`].
 #[derive(Clone, Debug, PartialEq)]
 pub enum Input {
     /// A movement.
@@ -54,7 +54,7 @@ pub enum Input {
         seq: u32,
         /// The op; `None` for `CONSENT_OP_UNSPECIFIED` or an unknown value (refused).
         op: Option<ConsentOp>,
-        /// For request: the kind's name ([`consent::CONSENT_KINDS`]).
+        /// For request: the kind's name ([`crate::consent::CONSENT_KINDS`]).
         kind: String,
         /// For request: the target's avatar entity.
         target_entity: u32,
@@ -280,7 +280,7 @@ pub enum Outbound {
     },
     /// A consent audit record to append durably before delivering the events that follow.
     Audit {
-        /// This room instance's audit counter (1, 2, ...; restored by [`Room::restore`]): a
+        /// This room instance's audit counter (1, 2, ...; restored by [`crate::Room::restore`]): a
         /// check that the shell appends every record once and in order. The store assigns the
         /// durable sequence number.
         local_seq: u64,
@@ -318,7 +318,7 @@ pub struct RoomStats {
     pub deferrals: u64,
     /// Prop changes accepted (pickups, places, throws, drops).
     pub prop_changes: u64,
-    /// Requests refused (interactions, consent, emotes, scenes), by [`Refusal`] code.
+    /// Requests refused (interactions, consent, emotes, scenes), by [`crate::events::Refusal`] code.
     pub refusals: BTreeMap<&'static str, u64>,
     /// Consent transitions.
     pub consent_transitions: u64,

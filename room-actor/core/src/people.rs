@@ -2,7 +2,7 @@
 //! between wallets and personal space (item 5).
 //!
 //! * A member joins with an identity (its wallet); its profile (display name, version) starts
-//!   empty at version 0 and changes only by [`ProfileAnnouncement`]-style announcements with
+//!   empty at version 0 and changes only by `plaza.v1.ProfileAnnouncement`-style announcements with
 //!   the seed's version-aware dedup ([`Identity::announce`]).
 //! * Each member's roster view ([`RosterView`]) remembers which entries its client holds and
 //!   sends only differences, budgeted per broadcast ([`RosterView::update`]).
