@@ -7,7 +7,9 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use plaza_directory::{Epoch, PresenceEntry, Renewal, RoomLease, SharedDirectory, Sources};
+use plaza_directory::{
+    DirectoryError, Epoch, PresenceEntry, Renewal, RoomLease, SharedDirectory, Sources,
+};
 use ractor::ActorRef;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
@@ -20,6 +22,139 @@ use crate::metrics::NodeMetrics;
 
 /// How soon a failed lease renewal is tried again.
 const RENEW_RETRY: Duration = Duration::from_millis(250);
+
+/// One presence write of a wallet: register it at `entity`, or release it (`None`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct PresenceWrite {
+    pub(crate) wallet: String,
+    pub(crate) entity: Option<u32>,
+}
+
+impl PresenceWrite {
+    /// Its name in the commit log.
+    fn what(&self) -> &'static str {
+        if self.entity.is_some() {
+            "register"
+        } else {
+            "release"
+        }
+    }
+}
+
+/// What the writer does next for one of the room's operations.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Next {
+    /// Write this presence now.
+    Write(PresenceWrite),
+    /// Withheld (the lease is unconfirmed): kept for the next retry.
+    Withheld,
+    /// Store this checkpoint (if the room has not frozen and the lease may commit).
+    Checkpoint(Vec<u8>),
+    /// Delete the room's checkpoint (if the room has not frozen and the lease may commit).
+    DropCheckpoint,
+    /// Announce a profile version (if the lease may commit; never retried: the next
+    /// announcement carries a higher version anyway).
+    Announce { wallet: String, version: u64 },
+}
+
+/// The directory writer's decisions, sans I/O: operations in, writes out. Presence writes are
+/// done in order while the lease may commit; a withheld or failed one (unless fenced: another
+/// epoch holds the room, the write is moot) waits for the next renewal, newest per wallet (a
+/// newer write of a wallet supersedes a waiting one).
+#[derive(Debug, Default)]
+pub(crate) struct WriterMachine {
+    /// Presence writes to retry, newest per wallet.
+    retry: BTreeMap<String, Option<u32>>,
+}
+
+impl WriterMachine {
+    /// The room's next operation; `may_commit`: whether the lease is surely held now.
+    pub(crate) fn on_op(&mut self, op: PresenceOp, may_commit: bool) -> Next {
+        let w = match op {
+            PresenceOp::Register { wallet, entity } => PresenceWrite {
+                wallet,
+                entity: Some(entity),
+            },
+            PresenceOp::Release { wallet } => PresenceWrite {
+                wallet,
+                entity: None,
+            },
+            PresenceOp::Checkpoint(bytes) => return Next::Checkpoint(bytes),
+            PresenceOp::DropCheckpoint => return Next::DropCheckpoint,
+            PresenceOp::Announce { wallet, version } => return Next::Announce { wallet, version },
+        };
+        self.retry.remove(&w.wallet);
+        if !may_commit {
+            self.retry.insert(w.wallet, w.entity);
+            return Next::Withheld;
+        }
+        Next::Write(w)
+    }
+
+    /// A presence write failed: it waits for the next renewal unless it was fenced.
+    pub(crate) fn failed(&mut self, w: PresenceWrite, fenced: bool) {
+        if !fenced {
+            self.retry.insert(w.wallet, w.entity);
+        }
+    }
+
+    /// The writes to retry now that the lease is confirmed (newest per wallet, by wallet).
+    pub(crate) fn take_retries(&mut self) -> Vec<PresenceWrite> {
+        std::mem::take(&mut self.retry)
+            .into_iter()
+            .map(|(wallet, entity)| PresenceWrite { wallet, entity })
+            .collect()
+    }
+
+    /// Whether writes wait for a retry.
+    pub(crate) fn has_retries(&self) -> bool {
+        !self.retry.is_empty()
+    }
+}
+
+/// How the writer reaches the directory for one room: the one place a presence write is done.
+#[derive(Clone)]
+pub(crate) struct PresenceStore {
+    pub(crate) dir: SharedDirectory,
+    pub(crate) room: String,
+    pub(crate) node: String,
+    pub(crate) ttl_ms: u64,
+}
+
+impl PresenceStore {
+    /// Does `w` under `epoch`. `missing_ok`: a release of an entry that is gone is done (a
+    /// retry after the entry expired or was released).
+    pub(crate) async fn write(
+        &self,
+        w: &PresenceWrite,
+        epoch: Epoch,
+        missing_ok: bool,
+    ) -> Result<(), DirectoryError> {
+        match w.entity {
+            Some(entity) => {
+                let entry = PresenceEntry {
+                    wallet: w.wallet.clone(),
+                    entity,
+                    room: self.room.clone(),
+                    sources: Sources::ROOM,
+                    node: self.node.clone(),
+                    profile_version: 0,
+                    lease_until_ms: 0,
+                };
+                self.dir.presence_register(entry, epoch, self.ttl_ms).await
+            }
+            None => match self
+                .dir
+                .presence_release(&w.wallet, Sources::ROOM, epoch)
+                .await
+            {
+                Ok(_) => Ok(()),
+                Err(e) if missing_ok && e.code() == "not_found" => Ok(()),
+                Err(e) => Err(e),
+            },
+        }
+    }
+}
 
 /// What the room's directory task needs.
 pub(crate) struct DirectoryWriter {
@@ -59,34 +194,45 @@ pub(crate) fn spawn_directory_writer(
         events,
     } = w;
     let task = tokio::spawn(async move {
-        let presence_ttl_ms = presence_ttl.as_millis() as u64;
+        let store = PresenceStore {
+            dir: dir.clone(),
+            room: room.clone(),
+            node: node.clone(),
+            ttl_ms: presence_ttl.as_millis() as u64,
+        };
         // Every lease renewal renews the presence of all of this activation's entries in the
         // same store operation (one per room per period, whatever the number of members).
         lease.set_presence_ttl(Some(presence_ttl));
         let period = lease.renew_every().min(presence_ttl / 3);
         let mut renew = tokio::time::interval_at(Instant::now() + period, period);
         renew.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        // Presence writes to retry, newest per wallet (`Some(entity)`: register, `None`: release).
-        let mut retry: BTreeMap<String, Option<u32>> = BTreeMap::new();
-        let register = |wallet: String, entity: u32, epoch: Epoch| {
-            let dir = dir.clone();
-            let entry = PresenceEntry {
-                wallet,
-                entity,
-                room: room.clone(),
-                sources: Sources::ROOM,
-                node: node.clone(),
-                profile_version: 0,
-                lease_until_ms: 0,
-            };
-            async move { dir.presence_register(entry, epoch, presence_ttl_ms).await }
-        };
+        let mut machine = WriterMachine::default();
         loop {
             tokio::select! {
                 op = rx.recv() => {
                     let Some(op) = op else { break };
-                    match op {
-                        PresenceOp::Checkpoint(bytes) => {
+                    match &op {
+                        PresenceOp::Register { wallet, entity } => {
+                            activation.set_member(wallet, Some(*entity));
+                        }
+                        PresenceOp::Release { wallet } => activation.set_member(wallet, None),
+                        _ => {}
+                    }
+                    match machine.on_op(op, lease.may_commit()) {
+                        Next::Write(w) => {
+                            let epoch = lease.epoch();
+                            let sent = unix_ms();
+                            match store.write(&w, epoch, false).await {
+                                Ok(()) => events.commit(&room, epoch, sent, unix_ms(), w.what()),
+                                Err(e) => {
+                                    tracing::warn!(room = %room, wallet = w.wallet, error = %e, "presence write failed; retried after the next renewal");
+                                    metrics.directory_error(e.code());
+                                    machine.failed(w, e.is_fenced());
+                                }
+                            }
+                        }
+                        Next::Withheld => metrics.placement("commit_withheld"),
+                        Next::Checkpoint(bytes) => {
                             // Under the handoff lock: a drain's handoff state, stored after the
                             // room froze, is never replaced by an older checkpoint.
                             let _guard = activation.handoff_lock().lock().await;
@@ -105,9 +251,8 @@ pub(crate) fn spawn_directory_writer(
                                     metrics.directory_error(e.code());
                                 }
                             }
-                            continue;
                         }
-                        PresenceOp::DropCheckpoint => {
+                        Next::DropCheckpoint => {
                             let _guard = activation.handoff_lock().lock().await;
                             if !activation.is_frozen()
                                 && lease.may_commit()
@@ -115,67 +260,19 @@ pub(crate) fn spawn_directory_writer(
                             {
                                 metrics.directory_error(e.code());
                             }
-                            continue;
                         }
-                        _ => {}
-                    }
-                    if let PresenceOp::Announce { wallet, version } = &op {
-                        // The profile version travels to the directory (its own dedup keeps
-                        // the highest); a write that cannot be committed now is not retried:
-                        // the next announcement carries a higher version anyway.
-                        if lease.may_commit() {
-                            let sent = unix_ms();
-                            match dir.announce_profile(wallet, *version, Sources::ROOM).await {
-                                Ok(_) => events.commit(&room, lease.epoch(), sent, unix_ms(), "announce"),
-                                Err(e) => {
-                                    tracing::warn!(room = %room, error = %e, "profile announcement failed");
-                                    metrics.directory_error(e.code());
+                        Next::Announce { wallet, version } => {
+                            // The profile version travels to the directory (its own dedup keeps
+                            // the highest).
+                            if lease.may_commit() {
+                                let sent = unix_ms();
+                                match dir.announce_profile(&wallet, version, Sources::ROOM).await {
+                                    Ok(_) => events.commit(&room, lease.epoch(), sent, unix_ms(), "announce"),
+                                    Err(e) => {
+                                        tracing::warn!(room = %room, error = %e, "profile announcement failed");
+                                        metrics.directory_error(e.code());
+                                    }
                                 }
-                            }
-                        }
-                        continue;
-                    }
-                    let (what, wallet, want) = match &op {
-                        PresenceOp::Register { wallet, entity } => {
-                            activation.set_member(wallet, Some(*entity));
-                            ("register", wallet.clone(), Some(*entity))
-                        }
-                        PresenceOp::Release { wallet } => {
-                            activation.set_member(wallet, None);
-                            ("release", wallet.clone(), None)
-                        }
-                        PresenceOp::Announce { .. }
-                        | PresenceOp::Checkpoint(_)
-                        | PresenceOp::DropCheckpoint => continue,
-                    };
-                    // The newest write of a wallet supersedes one waiting for a retry.
-                    retry.remove(&wallet);
-                    if !lease.may_commit() {
-                        metrics.placement("commit_withheld");
-                        retry.insert(wallet, want);
-                        continue;
-                    }
-                    let epoch = lease.epoch();
-                    let sent = unix_ms();
-                    let res = match op {
-                        PresenceOp::Register { wallet, entity } => {
-                            register(wallet, entity, epoch).await
-                        }
-                        PresenceOp::Release { wallet } => dir
-                            .presence_release(&wallet, Sources::ROOM, epoch)
-                            .await
-                            .map(|_| ()),
-                        PresenceOp::Announce { .. }
-                        | PresenceOp::Checkpoint(_)
-                        | PresenceOp::DropCheckpoint => Ok(()),
-                    };
-                    match res {
-                        Ok(()) => events.commit(&room, epoch, sent, unix_ms(), what),
-                        Err(e) => {
-                            tracing::warn!(room = %room, wallet, error = %e, "presence write failed; retried after the next renewal");
-                            metrics.directory_error(e.code());
-                            if !e.is_fenced() {
-                                retry.insert(wallet, want);
                             }
                         }
                     }
@@ -199,8 +296,9 @@ pub(crate) fn spawn_directory_writer(
                                 if !lease.may_commit() {
                                     break;
                                 }
+                                let w = PresenceWrite { wallet, entity: Some(entity) };
                                 let sent = unix_ms();
-                                match register(wallet, entity, epoch).await {
+                                match store.write(&w, epoch, false).await {
                                     Ok(()) => events.commit(&room, epoch, sent, unix_ms(), "register"),
                                     Err(e) => metrics.directory_error(e.code()),
                                 }
@@ -225,25 +323,15 @@ pub(crate) fn spawn_directory_writer(
                     // Withheld or failed presence writes, now that the lease is confirmed. A
                     // release must not be lost: the renewal above keeps every entry of this room
                     // alive, so a lost one would be a ghost for as long as the room runs.
-                    if !retry.is_empty() && lease.may_commit() {
+                    if machine.has_retries() && lease.may_commit() {
                         let epoch = lease.epoch();
-                        for (wallet, want) in std::mem::take(&mut retry) {
+                        for w in machine.take_retries() {
                             let sent = unix_ms();
-                            let res = match want {
-                                Some(entity) => register(wallet.clone(), entity, epoch).await,
-                                None => match dir.presence_release(&wallet, Sources::ROOM, epoch).await {
-                                    Ok(_) => Ok(()),
-                                    Err(e) if e.code() == "not_found" => Ok(()),
-                                    Err(e) => Err(e),
-                                },
-                            };
-                            match res {
+                            match store.write(&w, epoch, true).await {
                                 Ok(()) => events.commit(&room, epoch, sent, unix_ms(), "retry"),
                                 Err(e) => {
                                     metrics.directory_error(e.code());
-                                    if !e.is_fenced() {
-                                        retry.insert(wallet, want);
-                                    }
+                                    machine.failed(w, e.is_fenced());
                                 }
                             }
                         }
@@ -260,3 +348,6 @@ pub(crate) fn spawn_directory_writer(
     });
     (tx, task)
 }
+
+#[cfg(test)]
+mod tests;
