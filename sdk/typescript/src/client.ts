@@ -20,7 +20,7 @@ import { FrameError } from "./errors.js";
 import { FrameDecoder, KIND_AVATAR, KIND_PROP, PROP_ENTITY_BASE, type DecodedFrame, type EntityRecord, type OwnState } from "./frame.js";
 import { Backoff, classifyClose, LinkConditioner, StatsMeter, type CloseInfo, type LinkConditionerOptions, type NetStats } from "./net.js";
 import type { Pose } from "./quant.js";
-import { compress, velocityTierFromSpeed } from "./compressed.js";
+import { CompressedSender } from "./compressed.js";
 import * as pb from "./gen/plaza/v1/client_pb.js";
 
 /** The protocol versions this SDK speaks. */
@@ -167,6 +167,7 @@ export class PlazaClient {
   private readonly pings = new Map<bigint, number>();
   private moveSeq = 0;
   private firstMove = true;
+  private readonly compressedSender = new CompressedSender();
   private clockStart: number;
 
   constructor(opts: PlazaClientOptions) {
@@ -339,10 +340,11 @@ export class PlazaClient {
     const instant = this.firstMove || !!opts.instant;
     this.firstMove = false;
     this.moveSeq = this.seq + 1;
-    if (this.opts.compressedMovement && !instant) {
-      const speed = Math.hypot(pose.velocity[0], pose.velocity[1], pose.velocity[2]);
-      const c = compress(pose, timestamp, velocityTierFromSpeed(speed));
-      this.send({ case: "movementCompressed", value: c });
+    if (this.opts.compressedMovement) {
+      // The tier from the distance over the time since the last compressed move (seed 000);
+      // the instant bit travels in the compressed form too.
+      const { compressed } = this.compressedSender.encode(pose, timestamp, { instant });
+      this.send({ case: "movementCompressed", value: compressed });
     } else {
       this.send({
         case: "movement",

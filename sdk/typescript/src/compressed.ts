@@ -136,6 +136,38 @@ export interface Decompressed {
   pose: Pose;
   timestampS: number;
   tier: number;
+  /** Head IK enables per axis, `[yaw, pitch]` (bits 13 and 12 of `headSyncData`). */
+  headEnabled: [boolean, boolean];
+  /** `Movement.is_instant` (bit {@link INSTANT_BIT} of `headSyncData`). */
+  isInstant: boolean;
+}
+
+/** Bit of `headSyncData` that carries `Movement.is_instant` (Plaza's addition, as in Rust). */
+export const INSTANT_BIT = 29;
+
+/** Per-message options of {@link MovementCodec.compress}. */
+export interface CompressOptions {
+  /** A placement, not a walk (`is_instant`). */
+  instant?: boolean;
+  /** Head IK enables `[yaw, pitch]` (default: both, when the pose has a head). */
+  headEnabled?: [boolean, boolean];
+}
+
+/**
+ * The speed (m/s) a sender picks its tier by (seed 000, as `plaza_proto::compressed::tier_speed`):
+ * the distance from its last sent message's position over the time since, never below the
+ * message's own largest velocity component; the first message, an instant one and a
+ * non-increasing timestamp use that velocity alone.
+ */
+export function tierSpeed(lastSent: { position: Vec3; timestampS: number } | null, position: Vec3, velocity: Vec3, timestampS: number, instant: boolean): number {
+  const own = Math.max(Math.abs(f(velocity[0])), Math.abs(f(velocity[1])), Math.abs(f(velocity[2])));
+  let travelled = 0;
+  if (lastSent && !instant && timestampS > lastSent.timestampS) {
+    const d = Math.hypot(f(position[0]) - f(lastSent.position[0]), f(position[1]) - f(lastSent.position[1]), f(position[2]) - f(lastSent.position[2]));
+    travelled = d / (timestampS - lastSent.timestampS);
+  }
+  const s = Math.max(travelled, own);
+  return Number.isFinite(s) ? s : VELOCITY_TIERS[3]!.velocityRange;
 }
 
 function signedCompress(v: number, range: number, bits: number): number {
@@ -165,8 +197,11 @@ function sqrtDecompress(q: number): number {
 export class MovementCodec {
   constructor(readonly parcels: ParcelEncoder = new ParcelEncoder()) {}
 
-  /** Packs a pose (the sender's clock `timestampS`, velocity `tier` 0..3). */
-  compress(p: Pose, timestampS: number, tier: number): Compressed {
+  /**
+   * Packs a pose (the sender's clock `timestampS`, velocity `tier` 0..3); `opts.instant` sets
+   * the instant bit, `opts.headEnabled` the head axes (a disabled axis packs 0).
+   */
+  compress(p: Pose, timestampS: number, tier: number, opts: CompressOptions = {}): Compressed {
     tier = Math.min(tier, 3);
     const cfg = VELOCITY_TIERS[tier]!;
     let yr = f(p.yawDeg) % 360;
@@ -206,8 +241,10 @@ export class MovementCodec {
     if (p.head) {
       const hy = quantizeFloat(p.head[0], -HEAD_YAW_MAX_DEG, HEAD_YAW_MAX_DEG, HEAD_ROTATION_BITS);
       const hp = quantizeFloat(p.head[1], -HEAD_PITCH_MAX_DEG, HEAD_PITCH_MAX_DEG, HEAD_ROTATION_BITS);
-      head = (1 << 13) | (1 << 12) | (hy << HEAD_ROTATION_BITS) | hp;
+      const [yawOn, pitchOn] = opts.headEnabled ?? [true, true];
+      head = (yawOn ? (1 << 13) | (hy << HEAD_ROTATION_BITS) : 0) | (pitchOn ? (1 << 12) | hp : 0);
     }
+    if (opts.instant) head |= 1 << INSTANT_BIT;
     head = (head | (bit(AnimFlag.STUNNED) << 30) | (bit(AnimFlag.EMOTING) << 31)) >>> 0;
 
     let point = 0;
@@ -285,15 +322,40 @@ export class MovementCodec {
       pose: { position, velocity: v, yawDeg: dequantizeFloat(yawQ, 0, 360, ROTATION_BITS), movementKind, animFlags: flags, head, pointAt },
       timestampS: ts.decompress(stamp),
       tier,
+      headEnabled: [(h & (1 << 13)) !== 0, (h & (1 << 12)) !== 0],
+      isInstant: (h & (1 << INSTANT_BIT)) !== 0,
     };
   }
 }
 
 const DEFAULT_CODEC = new MovementCodec();
 
+/**
+ * A sender of compressed movement (as `plaza_proto::compressed::CompressedSender`): packs each
+ * pose with the tier {@link tierSpeed} picks from the last message it sent. Keep one per session.
+ */
+export class CompressedSender {
+  private last: { position: Vec3; timestampS: number } | null = null;
+
+  constructor(readonly codec: MovementCodec = DEFAULT_CODEC) {}
+
+  /** Packs `p` and remembers it as the last sent message; returns the tier too. */
+  encode(p: Pose, timestampS: number, opts: CompressOptions = {}): { compressed: Compressed; tier: number } {
+    const tier = velocityTierFromSpeed(tierSpeed(this.last, p.position, p.velocity, timestampS, !!opts.instant));
+    const compressed = this.codec.compress(p, timestampS, tier, opts);
+    this.last = { position: [p.position[0], p.position[1], p.position[2]], timestampS };
+    return { compressed, tier };
+  }
+
+  /** Forget the last sent message (the next one picks its tier from its own speed). */
+  reset(): void {
+    this.last = null;
+  }
+}
+
 /** {@link MovementCodec.compress} over the default grid (±2,048 m). */
-export function compress(p: Pose, timestampS: number, tier: number): Compressed {
-  return DEFAULT_CODEC.compress(p, timestampS, tier);
+export function compress(p: Pose, timestampS: number, tier: number, opts: CompressOptions = {}): Compressed {
+  return DEFAULT_CODEC.compress(p, timestampS, tier, opts);
 }
 
 /** {@link MovementCodec.decompress} over the default grid (±2,048 m). */
