@@ -31,6 +31,7 @@ use plaza_proto::pb::{
     server_envelope::Body as SBody,
 };
 use prost::Message as _;
+use prost::bytes::Bytes;
 
 /// Most events (and transmits) queued before the oldest is dropped.
 pub const MAX_QUEUED: usize = 4096;
@@ -54,6 +55,15 @@ pub struct ConnectionConfig {
     /// Whether [`Connection::roster`] keeps who each avatar is (default true). A caller that
     /// only counts the `Roster` events (the load tool's thousands of bots) saves the memory.
     pub keep_roster: bool,
+    /// Whether frames queue one [`Event::EntityEntered`] / [`Event::EntityUpdated`] /
+    /// [`Event::EntityLeft`] per entity (default true: the replica directory is built on
+    /// them). A caller that reads each frame itself after its [`Event::Frame`]
+    /// ([`Connection::last_frame`] for the ids changed and removed, [`Connection::decoder`] for
+    /// the records: the load tool's thousands of bots) saves the events, their queue and the
+    /// index of reported entities they are diffed against. Read at every frame; switched on
+    /// mid-stream, entities already held are reported entered with the next frame that
+    /// changes them.
+    pub entity_events: bool,
 }
 
 impl Default for ConnectionConfig {
@@ -66,6 +76,7 @@ impl Default for ConnectionConfig {
             resync_retry_s: 2.0,
             ping_interval_s: 5.0,
             keep_roster: true,
+            entity_events: true,
         }
     }
 }
@@ -373,6 +384,24 @@ pub struct ConnectionStats {
     pub connects: u64,
 }
 
+/// An entity reported entered and not yet left (what entity events are diffed against).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Reported {
+    id: u32,
+    generation: u16,
+    kind: u8,
+}
+
+impl Reported {
+    fn of(r: &EntityRecord) -> Self {
+        Self {
+            id: r.id,
+            generation: r.generation,
+            kind: r.kind,
+        }
+    }
+}
+
 /// One Plaza session, sans I/O.
 #[derive(Debug)]
 pub struct Connection {
@@ -385,7 +414,13 @@ pub struct Connection {
     presented: String,
     seq: u32,
     decoder: FrameDecoder,
-    held: BTreeMap<u32, (u16, u8)>,
+    /// The entities reported entered and not yet left, ascending by id: after each frame the
+    /// decoder's held set while entity events are on (empty while they are off).
+    held: Vec<Reported>,
+    /// A keyframe's diff is built here (kept: no allocation per keyframe).
+    held_scratch: Vec<Reported>,
+    /// What the last frame applied changed and removed (see [`Connection::last_frame`]).
+    last_frame: Option<DecodedFrame>,
     room: Option<RoomInfo>,
     want_room: Option<String>,
     awaiting_keyframe: bool,
@@ -416,7 +451,9 @@ impl Connection {
             presented: String::new(),
             seq: 0,
             decoder: FrameDecoder::new(),
-            held: BTreeMap::new(),
+            held: Vec::new(),
+            held_scratch: Vec::new(),
+            last_frame: None,
             room: None,
             want_room,
             awaiting_keyframe: true,
@@ -468,6 +505,15 @@ impl Connection {
     /// What the frames say the client holds.
     pub fn decoder(&self) -> &FrameDecoder {
         &self.decoder
+    }
+
+    /// The last frame applied: its sequence, tick, keyframe flag and the ids it changed (or
+    /// brought) and removed, ascending. Set before its [`Event::Frame`] is queued and kept until
+    /// the next frame applies (None before the first, and after the room's frames are
+    /// forgotten). With [`ConnectionConfig::entity_events`] off this and [`Connection::decoder`]
+    /// are how a caller learns what a frame did.
+    pub fn last_frame(&self) -> Option<&DecodedFrame> {
+        self.last_frame.as_ref()
     }
 
     /// The roster: who the avatars are, by entity.
@@ -530,6 +576,7 @@ impl Connection {
     /// The transport is open: queues `Negotiate` (presenting the resume token, if any).
     pub fn connected(&mut self, now: f64) {
         self.decoder.reset();
+        self.last_frame = None;
         self.awaiting_keyframe = true;
         self.resync_sent_at = None;
         self.pings.clear();
@@ -572,6 +619,7 @@ impl Connection {
             // The session comes back (resume) or the room is joined again: what was held stays
             // until the next keyframe says what is still there (replicas keep their bindings).
             self.decoder.reset();
+            self.last_frame = None;
             self.awaiting_keyframe = true;
             self.resync_sent_at = None;
             self.pings.clear();
@@ -588,6 +636,22 @@ impl Connection {
 
     /// One binary message from the server, received at `now`.
     pub fn handle_input(&mut self, bytes: &[u8], now: f64) -> Result<(), InputError> {
+        if self.state == State::Disconnected {
+            return Err(InputError::NotConnected);
+        }
+        let env = match pb::ServerEnvelope::decode(bytes) {
+            Ok(e) => e,
+            Err(e) => {
+                self.stats.bad_envelopes += 1;
+                return Err(InputError::Decode(e.to_string()));
+            }
+        };
+        self.handle_envelope(env, now)
+    }
+
+    /// [`Connection::handle_input`] with the message's own buffer (what a WebSocket library
+    /// hands over): the frame bytes inside the envelope are not copied out of it.
+    pub fn handle_input_bytes(&mut self, bytes: Bytes, now: f64) -> Result<(), InputError> {
         if self.state == State::Disconnected {
             return Err(InputError::NotConnected);
         }
@@ -659,6 +723,7 @@ impl Connection {
                 self.state = State::Joined;
                 // A new stream: its first frame is a keyframe.
                 self.decoder.reset();
+                self.last_frame = None;
                 self.awaiting_keyframe = true;
                 self.resync_sent_at = None;
                 self.push_event(Event::Joined(Box::new(info)));
@@ -874,11 +939,7 @@ impl Connection {
     }
 
     fn push_event(&mut self, e: Event) {
-        if self.events.len() >= MAX_QUEUED {
-            self.events.pop_front();
-            self.stats.events_dropped += 1;
-        }
-        self.events.push_back(e);
+        push_event(&mut self.events, &mut self.stats, e);
     }
 
     fn reset_transport(&mut self) {
@@ -888,10 +949,13 @@ impl Connection {
 
     fn clear_room_frames(&mut self) {
         self.decoder.reset();
-        let left: Vec<u32> = self.held.keys().copied().collect();
-        self.held.clear();
-        for entity in left {
-            self.push_event(Event::EntityLeft { entity });
+        self.last_frame = None;
+        for h in std::mem::take(&mut self.held) {
+            push_event(
+                &mut self.events,
+                &mut self.stats,
+                Event::EntityLeft { entity: h.id },
+            );
         }
         self.awaiting_keyframe = true;
         self.resync_sent_at = None;
@@ -958,62 +1022,17 @@ impl Connection {
         }
     }
 
-    fn applied(&mut self, mut d: DecodedFrame) {
+    fn applied(&mut self, d: DecodedFrame) {
         self.stats.frames += 1;
         if d.keyframe {
             self.stats.keyframes += 1;
-            // Everything not in the keyframe left; what is in it entered or was updated.
-            let mut gone = Vec::new();
-            for (&id, &(generation, kind)) in &self.held {
-                match self.decoder.get(id) {
-                    Some(r) if r.generation == generation && r.kind == kind => {}
-                    _ => gone.push(id),
-                }
-            }
-            for entity in gone {
-                self.held.remove(&entity);
-                self.push_event(Event::EntityLeft { entity });
-            }
-        } else {
-            for &entity in &d.removed {
-                if self.held.remove(&entity).is_some() {
-                    self.push_event(Event::EntityLeft { entity });
-                }
-            }
         }
-        let ids: Vec<u32> = if d.keyframe {
-            self.decoder.entities().map(|r| r.id).collect()
+        if !self.cfg.entity_events {
+            self.held.clear();
+        } else if d.keyframe {
+            self.keyframe_events(d.tick);
         } else {
-            // Performance: runs every frame; the frame is ours, its list need not be copied.
-            std::mem::take(&mut d.changed)
-        };
-        for id in ids {
-            let Some(record) = self.decoder.get(id).copied() else {
-                continue;
-            };
-            let change = EntityChange {
-                record,
-                pose_tick: self.decoder.pose_tick(id).unwrap_or(d.tick),
-                tier: self.decoder.tier(id).unwrap_or(0),
-                keyframe: d.keyframe,
-            };
-            let (generation, kind) = (record.generation, record.kind);
-            match self.held.get(&id) {
-                Some(&(g, k)) if g == generation && k == kind => {
-                    self.push_event(Event::EntityUpdated(change));
-                }
-                Some(_) => {
-                    self.push_event(Event::EntityLeft { entity: id });
-                    self.held.insert(id, (generation, kind));
-                    self.push_event(Event::EntityEntered(change));
-                }
-                None => {
-                    if self.held.len() < MAX_ENTITIES {
-                        self.held.insert(id, (generation, kind));
-                    }
-                    self.push_event(Event::EntityEntered(change));
-                }
-            }
+            self.delta_events(&d);
         }
         if let Some(own) = self.decoder.own() {
             self.push_event(Event::Own(own.clone()));
@@ -1024,6 +1043,129 @@ impl Connection {
             tick: d.tick,
             keyframe: d.keyframe,
         });
+        self.last_frame = Some(d);
+    }
+
+    /// The change event's payload for `record` (held by the decoder).
+    fn change(
+        decoder: &FrameDecoder,
+        record: EntityRecord,
+        tick: u32,
+        keyframe: bool,
+    ) -> EntityChange {
+        let id = record.id;
+        EntityChange {
+            record,
+            pose_tick: decoder.pose_tick(id).unwrap_or(tick),
+            tier: decoder.tier(id).unwrap_or(0),
+            keyframe,
+        }
+    }
+
+    /// A keyframe: everything reported that it does not hold (or holds under another
+    /// generation or kind) left; what it holds entered, or was updated when reported as it is.
+    fn keyframe_events(&mut self, tick: u32) {
+        let old = std::mem::take(&mut self.held);
+        for h in &old {
+            match self.decoder.get(h.id) {
+                Some(r) if Reported::of(r) == *h => {}
+                _ => push_event(
+                    &mut self.events,
+                    &mut self.stats,
+                    Event::EntityLeft { entity: h.id },
+                ),
+            }
+        }
+        let mut next = std::mem::take(&mut self.held_scratch);
+        next.clear();
+        let mut k = 0;
+        for r in self.decoder.entities() {
+            while old.get(k).is_some_and(|h| h.id < r.id) {
+                k += 1;
+            }
+            let was = old.get(k).is_some_and(|h| *h == Reported::of(r));
+            let change = Self::change(&self.decoder, *r, tick, true);
+            let ev = if was {
+                Event::EntityUpdated(change)
+            } else {
+                Event::EntityEntered(change)
+            };
+            push_event(&mut self.events, &mut self.stats, ev);
+            next.push(Reported::of(r));
+        }
+        self.held = next;
+        self.held_scratch = old;
+    }
+
+    /// A delta: its removed ids left; the ids it changed were updated, or entered when not
+    /// reported before (new, or a new generation under a removed id).
+    fn delta_events(&mut self, d: &DecodedFrame) {
+        // Performance: runs every frame. A delta with no removal whose held set is the size of
+        // what was reported brought nothing new (what was reported is the held set before the
+        // frame): every change is an update, with no lookup in the reported index.
+        if d.removed.is_empty() && self.held.len() == self.decoder.len() {
+            for &id in &d.changed {
+                let Some(record) = self.decoder.get(id).copied() else {
+                    continue;
+                };
+                let change = Self::change(&self.decoder, record, d.tick, false);
+                push_event(
+                    &mut self.events,
+                    &mut self.stats,
+                    Event::EntityUpdated(change),
+                );
+            }
+            return;
+        }
+        for &entity in &d.removed {
+            if let Ok(i) = self.held.binary_search_by_key(&entity, |h| h.id) {
+                self.held.remove(i);
+                push_event(
+                    &mut self.events,
+                    &mut self.stats,
+                    Event::EntityLeft { entity },
+                );
+            }
+        }
+        for &id in &d.changed {
+            let Some(record) = self.decoder.get(id).copied() else {
+                continue;
+            };
+            let change = Self::change(&self.decoder, record, d.tick, false);
+            let now = Reported::of(&record);
+            match self.held.binary_search_by_key(&id, |h| h.id) {
+                Ok(i) if self.held[i] == now => {
+                    push_event(
+                        &mut self.events,
+                        &mut self.stats,
+                        Event::EntityUpdated(change),
+                    );
+                }
+                Ok(i) => {
+                    push_event(
+                        &mut self.events,
+                        &mut self.stats,
+                        Event::EntityLeft { entity: id },
+                    );
+                    self.held[i] = now;
+                    push_event(
+                        &mut self.events,
+                        &mut self.stats,
+                        Event::EntityEntered(change),
+                    );
+                }
+                Err(i) => {
+                    if self.held.len() < MAX_ENTITIES {
+                        self.held.insert(i, now);
+                    }
+                    push_event(
+                        &mut self.events,
+                        &mut self.stats,
+                        Event::EntityEntered(change),
+                    );
+                }
+            }
+        }
     }
 
     fn event(&mut self, e: pb::Event) {
@@ -1057,6 +1199,15 @@ impl Connection {
         };
         self.push_event(ev);
     }
+}
+
+/// Queues `e`, dropping (and counting) the oldest event when the queue is full.
+fn push_event(events: &mut VecDeque<Event>, stats: &mut ConnectionStats, e: Event) {
+    if events.len() >= MAX_QUEUED {
+        events.pop_front();
+        stats.events_dropped += 1;
+    }
+    events.push_back(e);
 }
 
 #[cfg(test)]
@@ -1247,6 +1398,91 @@ mod tests {
         // A stale token refused with 4003 makes the next connect a new session.
         c.handle_close(Some(4003));
         assert_eq!(c.resume_token(), "");
+    }
+
+    /// Entered / updated / left of every frame, as (kind, entity): 'e', 'u', 'l'.
+    fn entity_events(c: &mut Connection) -> Vec<(char, u32)> {
+        events(c)
+            .iter()
+            .filter_map(|e| match e {
+                Event::EntityEntered(c) => Some(('e', c.entity())),
+                Event::EntityUpdated(c) => Some(('u', c.entity())),
+                Event::EntityLeft { entity } => Some(('l', *entity)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn delta_entries_generations_and_keyframes_diff_against_what_was_reported() {
+        let joined_conn = |entity_events| {
+            let mut c = Connection::new(ConnectionConfig {
+                room: Some("r".into()),
+                entity_events,
+                ..ConnectionConfig::default()
+            });
+            c.connected(0.0);
+            c.handle_input(&negotiated(5, "t"), 0.0).unwrap();
+            c.handle_input(&joined(9), 0.0).unwrap();
+            events(&mut c);
+            c
+        };
+        let mut c = joined_conn(true);
+        let mut enc = FrameEncoder::new(EncoderConfig {
+            budget_bytes_per_s: 0,
+            ..EncoderConfig::default()
+        });
+        let mut frames = Vec::new();
+        frames.push(frame(&mut enc, 1, &[rec(1, 1.0), rec(2, 2.0)]));
+        // 3 enters in a delta; 1 moves.
+        frames.push(frame(&mut enc, 2, &[rec(1, 1.5), rec(2, 2.0), rec(3, 3.0)]));
+        // Only moves (the path without a lookup in the reported index).
+        frames.push(frame(&mut enc, 3, &[rec(1, 1.7), rec(2, 2.2), rec(3, 3.0)]));
+        // 2 comes back under a new generation: left, then entered.
+        let mut two = rec(2, 2.2);
+        two.generation = 1;
+        frames.push(frame(&mut enc, 4, &[rec(1, 1.7), two, rec(3, 3.0)]));
+        // 1 leaves.
+        frames.push(frame(&mut enc, 5, &[two, rec(3, 3.1)]));
+        enc.request_keyframe();
+        // A keyframe: 2 and 3 as reported (updated), 4 new.
+        frames.push(frame(&mut enc, 6, &[two, rec(3, 3.1), rec(4, 4.0)]));
+        let want: [&[(char, u32)]; 6] = [
+            &[('e', 1), ('e', 2)],
+            &[('u', 1), ('e', 3)],
+            &[('u', 1), ('u', 2)],
+            &[('l', 2), ('e', 2)],
+            &[('l', 1), ('u', 3)],
+            &[('u', 2), ('u', 3), ('e', 4)],
+        ];
+        let mut quiet = joined_conn(false);
+        for (f, want) in frames.iter().zip(want) {
+            c.handle_input(f, 0.1).unwrap();
+            assert_eq!(entity_events(&mut c), want);
+            // Without entity events: only the frame's own lists, the same frame applied.
+            quiet.handle_input(f, 0.1).unwrap();
+            let ev = events(&mut quiet);
+            assert!(ev.iter().all(|e| !matches!(
+                e,
+                Event::EntityEntered(_) | Event::EntityUpdated(_) | Event::EntityLeft { .. }
+            )));
+            assert!(ev.iter().any(|e| matches!(e, Event::Frame { .. })));
+            assert_eq!(quiet.last_frame(), c.last_frame());
+            assert_eq!(quiet.decoder().check(), c.decoder().check());
+        }
+        let last = quiet.last_frame().unwrap();
+        assert!(last.keyframe);
+        assert_eq!(last.changed, [2, 3, 4]);
+        // Leaving the room reports every entity left, and forgets the frame.
+        c.handle_input(
+            &env(SBody::Left(pb::Left {
+                room_id: "r".into(),
+            })),
+            0.2,
+        )
+        .unwrap();
+        assert_eq!(entity_events(&mut c), [('l', 2), ('l', 3), ('l', 4)]);
+        assert!(c.last_frame().is_none());
     }
 
     #[test]

@@ -99,7 +99,12 @@ impl Client {
     /// Opens the WebSocket and queues `Negotiate` (and the join). Events follow from
     /// [`Client::next`].
     pub async fn connect(opts: ClientOptions) -> Result<Self, ClientError> {
-        let (ws, _) = tokio_tungstenite::connect_async(opts.url.as_str()).await?;
+        let (ws, _) = tokio_tungstenite::connect_async_with_config(
+            opts.url.as_str(),
+            Some(ws_config()),
+            false,
+        )
+        .await?;
         let epoch = Instant::now();
         let seed = if opts.jitter_seed != 0 {
             opts.jitter_seed
@@ -233,7 +238,13 @@ impl Client {
 
     async fn reconnect(&mut self) {
         self.retry_at = None;
-        match tokio_tungstenite::connect_async(self.opts.url.as_str()).await {
+        match tokio_tungstenite::connect_async_with_config(
+            self.opts.url.as_str(),
+            Some(ws_config()),
+            false,
+        )
+        .await
+        {
             Ok((ws, _)) => {
                 self.ws = Some(ws);
                 self.connects += 1;
@@ -304,7 +315,7 @@ impl Client {
             match msg {
                 Some(Ok(Message::Binary(b))) => {
                     // A message that is not an envelope is counted by the connection.
-                    let _ = self.conn.handle_input(&b, now);
+                    let _ = self.conn.handle_input_bytes(b, now);
                     self.conn.handle_timeout(now);
                 }
                 Some(Ok(Message::Close(f))) => {
@@ -320,3 +331,15 @@ impl Client {
         }
     }
 }
+
+/// The WebSocket settings of the driver: a small read buffer. Tungstenite zero-fills the free
+/// part of its read buffer (up to `read_buffer_size`) before every read, and its default
+/// (128 KiB) made that fill the largest cost of receiving a frame of a few hundred bytes; a
+/// larger message is still read whole (the buffer grows to the message's length).
+pub fn ws_config() -> tokio_tungstenite::tungstenite::protocol::WebSocketConfig {
+    tokio_tungstenite::tungstenite::protocol::WebSocketConfig::default()
+        .read_buffer_size(READ_BUFFER)
+}
+
+/// Bytes read per `read` call at most ([`ws_config`]).
+pub const READ_BUFFER: usize = 2 * 1024;

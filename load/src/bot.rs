@@ -20,8 +20,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use futures_util::{SinkExt, StreamExt};
 use plaza_client::{
-    CloseKind, Connection, ConnectionConfig, EntityChange, Event, FrameErrorKind, FrameFailure,
-    RoomInfo, ServerError,
+    CloseKind, Connection, ConnectionConfig, Event, FrameErrorKind, FrameFailure, RoomInfo,
+    ServerError,
 };
 use plaza_proto::pb::{
     self, ConsentAction, ConsentOp, Emote, ErrorCode, Interaction, InteractionKind, Join, Movement,
@@ -33,7 +33,7 @@ use tokio::net::TcpStream;
 use tokio::sync::watch;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::protocol::{CloseFrame, WebSocketConfig};
-use tokio_tungstenite::tungstenite::{self, Message};
+use tokio_tungstenite::tungstenite::{self, Bytes, Message};
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 
 use crate::Shared;
@@ -56,6 +56,8 @@ type Ws = WebSocketStream<MaybeTlsStream<TcpStream>>;
 /// Client frame period: the bot's "render frame", at which movement sends are decided; shorter
 /// when the send rate's `move_interval` is (`--input-hz 20`: 50 ms), never under 10 ms.
 const CLIENT_FRAME: Duration = Duration::from_millis(100);
+/// WebSocket read buffer per bot, bytes (see `connect_and_join`).
+const READ_BUFFER: usize = 1024;
 /// Samples are flushed every this many client frames.
 const FLUSH_EVERY: u32 = 10;
 /// A second `Resync` is sent only if no keyframe came within this time, seconds.
@@ -180,10 +182,6 @@ pub(crate) struct Bot {
     room_moves: Arc<RoomMoves>,
     own_moves: Option<OwnMoves>,
     seen_last: IdMap<u64>,
-    /// Avatar positions of the frame being applied (its entered / updated events), matched
-    /// against the room's moves when its `Event::Frame` closes it. Reused: no allocation per
-    /// frame.
-    frame_moves: Vec<(u32, [f32; 3])>,
     last_frame_at: Option<Instant>,
     /// A `Resync` went and its keyframe has not come yet.
     resync_pending: bool,
@@ -232,6 +230,8 @@ impl Bot {
             ping_interval_s: 0.0,
             // Bots count roster events; who each avatar is would cost every bot memory.
             keep_roster: false,
+            // The bot reads each frame's changed ids itself (`on_frame`): no event per entity.
+            entity_events: false,
             ..ConnectionConfig::default()
         });
         Self {
@@ -248,7 +248,6 @@ impl Bot {
             room_moves,
             own_moves: None,
             seen_last: IdMap::default(),
-            frame_moves: Vec::new(),
             last_frame_at: None,
             resync_pending: false,
             expect_keyframe: true,
@@ -387,8 +386,12 @@ impl Bot {
             (Instant::now() + cfg.connect_timeout).min(deadline + Duration::from_secs(1));
         // Small buffers: thousands of bots share one process (the default read buffer alone is
         // 128 KiB per connection); every send is written out at once (no Nagle, no batching).
+        // Tungstenite zero-fills the free part of the read buffer before every read: at 8 KiB
+        // that fill was the largest single cost of a received frame (docs/BENCHMARKS.md,
+        // "plaza-load CPU per bot-frame"); frames are a few hundred bytes, and a larger message
+        // is still read whole (the buffer grows to its length).
         let ws_cfg = WebSocketConfig::default()
-            .read_buffer_size(8 * 1024)
+            .read_buffer_size(READ_BUFFER)
             .write_buffer_size(0)
             .max_write_buffer_size(1 << 20);
         let connector = self
@@ -451,7 +454,8 @@ impl Bot {
                 Some(Ok(_)) => continue,
             };
             let now = Instant::now();
-            if let Err(e) = self.input(&b, now) {
+            let len = b.len();
+            if let Err(e) = self.input(b, now) {
                 return Err(ConnectError::Decode(e.to_string()));
             }
             let mut joined = false;
@@ -473,7 +477,7 @@ impl Bot {
                             self.conn.join(&self.spec.room);
                         }
                     }
-                    other => self.on_event(other, now, b.len()),
+                    other => self.on_event(other, now, len),
                 }
             }
             self.flush(ws).await?;
@@ -557,10 +561,11 @@ impl Bot {
             }
             Some(Ok(Message::Binary(b))) => {
                 let now = Instant::now();
+                let len = b.len();
                 // A message that is not an envelope is counted (and skipped) by `input`.
-                let _ = self.input(&b, now);
+                let _ = self.input(b, now);
                 while let Some(ev) = self.conn.poll_event() {
-                    self.on_session_event(ev, now, b.len());
+                    self.on_session_event(ev, now, len);
                 }
                 Ok(())
             }
@@ -581,10 +586,10 @@ impl Bot {
 
     /// Hands one binary message to the connection and counts what it did (bytes, frames and
     /// their intervals, resyncs, frames dropped while a keyframe was awaited).
-    fn input(&mut self, b: &[u8], now: Instant) -> Result<(), plaza_client::InputError> {
+    fn input(&mut self, b: Bytes, now: Instant) -> Result<(), plaza_client::InputError> {
         self.samples.down_bytes += b.len() as u64;
         let frames_before = self.conn.stats().frames_received;
-        let r = self.conn.handle_input(b, self.secs(now));
+        let r = self.conn.handle_input_bytes(b, self.secs(now));
         if let Err(plaza_client::InputError::Decode(_)) = &r {
             self.count_decode_error("envelope");
         }
@@ -669,10 +674,6 @@ impl Bot {
     /// message that carried them.
     fn on_event(&mut self, ev: Event, now: Instant, len: usize) {
         match ev {
-            Event::EntityEntered(c) | Event::EntityUpdated(c) => self.on_entity(&c),
-            Event::EntityLeft { entity } => {
-                self.seen_last.remove(&entity);
-            }
             Event::Frame { keyframe, .. } => self.on_frame(keyframe, now),
             Event::FrameFailed(f) => self.on_frame_failed(&f),
             Event::Pong { rtt_s } => self.samples.rtt.push((rtt_s.max(0.0) * 1e6) as u64),
@@ -770,7 +771,11 @@ impl Bot {
             Event::Roster(_) => self.count_event("roster"),
             Event::Teleported(_) => self.count_event("teleported"),
             Event::Block(_) => self.count_event("block"),
-            Event::Negotiated { .. }
+            // Entity events are off (`entity_events: false`): `on_frame` reads the frame.
+            Event::EntityEntered(_)
+            | Event::EntityUpdated(_)
+            | Event::EntityLeft { .. }
+            | Event::Negotiated { .. }
             | Event::Own(_)
             | Event::RoomMoving { .. }
             | Event::RoomBack { .. }
@@ -808,7 +813,6 @@ impl Bot {
         self.expect_keyframe = true;
         self.last_frame_at = None;
         self.seen_last.clear();
-        self.frame_moves.clear();
         self.first_move = true;
         self.rate = SendRate::new(self.shared.cfg.send_rate);
         self.phase = Phase::Joined;
@@ -835,21 +839,12 @@ impl Bot {
         self.own_moves = None;
         self.own_entity = None;
         self.last_frame_at = None;
-        self.frame_moves.clear();
     }
 
     // === Frames ===
 
-    /// An entity the frame being applied entered or updated: other avatars' positions are
-    /// kept for the move-to-seen match.
-    fn on_entity(&mut self, c: &EntityChange) {
-        if c.record.kind == 0 && Some(c.entity()) != self.own_entity {
-            self.frame_moves
-                .push((c.entity(), c.record.pose.position_m()));
-        }
-    }
-
-    /// A frame was applied (its entity events came before).
+    /// A frame was applied: what it removed is forgotten, and the positions of the other
+    /// avatars it changed are matched against the room's moves (move-to-seen).
     fn on_frame(&mut self, keyframe: bool, now: Instant) {
         let counters = &self.shared.stats.counters;
         if keyframe {
@@ -862,21 +857,36 @@ impl Bot {
             Counters::add(&counters.keyframes, 1);
         }
         self.expect_keyframe = false;
-        if !self.frame_moves.is_empty() {
-            let samples = &mut self.samples.move_to_seen;
-            self.room_moves.observe(
-                now,
-                self.frame_moves.drain(..),
-                self.shared.cfg.seen_tolerance_m,
-                &mut self.seen_last,
-                |us| samples.push(us),
-            );
+        let Some(frame) = self.conn.last_frame() else {
+            return;
+        };
+        for id in &frame.removed {
+            self.seen_last.remove(id);
         }
+        if frame.changed.is_empty() {
+            return;
+        }
+        let own = self.own_entity;
+        let decoder = self.conn.decoder();
+        let samples = &mut self.samples.move_to_seen;
+        let moves = frame
+            .changed
+            .iter()
+            .filter(|&&id| Some(id) != own)
+            .filter_map(|&id| decoder.get(id))
+            .filter(|r| r.kind == 0)
+            .map(|r| (r.id, r.pose.position_m()));
+        self.room_moves.observe(
+            now,
+            moves,
+            self.shared.cfg.seen_tolerance_m,
+            &mut self.seen_last,
+            |us| samples.push(us),
+        );
     }
 
     /// A frame did not apply: counted by kind (the connection sent the `Resync`).
     fn on_frame_failed(&mut self, f: &FrameFailure) {
-        self.frame_moves.clear();
         let counters = &self.shared.stats.counters;
         if f.kind.is_check_failure() {
             Counters::add(&counters.check_failures, 1);
