@@ -82,7 +82,8 @@ pub enum ConsentState {
     Requested,
     /// The target agreed; the requester may activate.
     Consented,
-    /// In effect.
+    /// In effect: the seed's (004) **Locked** state, named `active` on the wire (the mapping
+    /// is documented in docs/PROTOCOL.md §6).
     Active,
     /// Ended by a party (or a party left while active).
     Released,
