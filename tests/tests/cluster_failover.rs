@@ -13,7 +13,7 @@ use std::time::Duration;
 use plaza_proto::pb;
 use plaza_proto::pb::server_envelope::Body;
 use plaza_tests::Client;
-use plaza_tests::cluster::{Cluster, ClusterOpts, check_single_activation, wait_until};
+use plaza_tests::cluster::{Cluster, ClusterOpts, assert_fault_held, wait_until};
 
 /// What the probe client saw across the failover.
 #[derive(Debug)]
@@ -154,34 +154,23 @@ async fn a_killed_node_s_sessions_resume_on_live_nodes() {
     assert_eq!(seen.entity_before, seen.entity_after, "{seen:?}");
 
     let report = load.await.unwrap().unwrap();
-    eprintln!(
-        "resumed in {back:?}; load: connected {} failed {} lost {} resumes {} (in session {}) \
-         resume_ms p50 {:.0} p99 {:.0} max {:.0}",
-        report.bots_connected,
-        report.bots_failed,
-        report.bots_lost,
-        report.resumes,
-        report.resumes_in_session,
-        report.resume_ms.p50,
-        report.resume_ms.p99,
-        report.resume_ms.max
-    );
-    assert_eq!(report.bots_failed, 0, "{report:?}");
-    assert_eq!(report.bots_lost, 0, "no bot ends the run disconnected");
-    assert!(
-        !report.close_codes.0.contains_key("4004"),
-        "no session closed rate_limited after its re-attach: {:?}",
-        report.close_codes
-    );
+    eprintln!("resumed in {back:?}");
+    // No bot lost or failed, no 4004, ping RTT p99 < 1 s through the kill, single activation.
+    let sum = assert_fault_held("node kill -9", &report, &c.event_logs());
     assert!(
         report.resumes_in_session as usize >= affected,
         "every affected bot resumed in session: {} < {affected}",
         report.resumes_in_session
     );
+    // From each bot's last frame before the kill to its new `Joined`: within lease TTL + 5 s.
+    assert!(
+        report.resume_ms.p99 <= (ttl + Duration::from_secs(5)).as_millis() as f64,
+        "resume_ms p99 {:.0} over lease TTL + 5 s",
+        report.resume_ms.p99
+    );
 
-    // Single activation, checked on the event logs of every node (the killed one's included).
-    let sum = check_single_activation(&c.event_logs()).unwrap();
-    eprintln!("event logs: {sum:?}");
+    // Single activation held on the event logs of every node (the killed one's included), and
+    // the moved rooms committed under a second epoch.
     assert!(
         sum.rooms_with_several_epochs >= moved_rooms.len(),
         "{sum:?}"

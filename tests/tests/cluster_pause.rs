@@ -14,7 +14,7 @@
 use std::time::Duration;
 
 use plaza_tests::Client;
-use plaza_tests::cluster::{Cluster, ClusterOpts, assert_nothing_lost, wait_until};
+use plaza_tests::cluster::{Cluster, ClusterOpts, assert_fault_held, wait_until};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_paused_node_commits_nothing_after_it_wakes() {
@@ -113,21 +113,18 @@ async fn paused_node(opts: ClusterOpts, prefix: &str) {
     probe.close().await;
 
     let report = load.await.unwrap().unwrap();
-    eprintln!(
-        "load: resumes {} (in session {}) resume_ms p99 {:.0}; ping rtt p99 {:.0} ms max {:.0}",
-        report.resumes,
-        report.resumes_in_session,
-        report.resume_ms.p99,
-        report.rtt_ms.p99,
-        report.rtt_ms.max
-    );
-    // The session never stops answering: pings are answered by the gateway throughout.
-    assert!(
-        report.rtt_ms.p99 < 1_000.0,
-        "ping RTT p99 {:.0} ms through the pause",
-        report.rtt_ms.p99
-    );
-    let sum = assert_nothing_lost(&report, &c.event_logs());
+    // No bot lost or failed, no 4004, ping RTT p99 < 1 s (the gateway answers pings
+    // throughout), single activation: the woken node committed nothing after the takeover.
+    let sum = assert_fault_held("node SIGSTOP 2 x lease TTL", &report, &c.event_logs());
+    if ttl * 2 > ttl + Duration::from_secs(5) {
+        // From each moved bot's last frame of the frozen node to its `Joined` on the new
+        // activation (frames follow): within lease TTL + 5 s.
+        assert!(
+            report.resume_ms.p99 <= (ttl + Duration::from_secs(5)).as_millis() as f64,
+            "resume_ms p99 {:.0} over lease TTL + 5 s",
+            report.resume_ms.p99
+        );
+    }
     assert!(
         sum.rooms_with_several_epochs >= 1,
         "{taken} committed under two epochs, one after the other: {sum:?}"
