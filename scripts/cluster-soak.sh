@@ -36,6 +36,10 @@ read -r -a tests <<<"${TESTS:-cluster_failover cluster_checkpoint cluster_redis_
 build=(--workspace --release --no-run --test cli)
 for t in "${tests[@]}"; do build+=(--test "$t"); done
 nice -n 5 cargo test -q "${build[@]}"
+# The harness would build `plaza` itself through a nested cargo (tests/src/cluster.rs, plaza_bin);
+# inside a test process that nested build sees another environment and rebuilds part of the
+# release graph. The binary was just built above: point the harness at it.
+export PLAZA_BIN="${PLAZA_BIN:-$PWD/target/release/plaza}"
 status=0
 for t in "${tests[@]}"; do
   echo "=== $t: ${PLAZA_CLUSTER_BOTS} bots, ${PLAZA_CLUSTER_ROOMS} rooms, ${PLAZA_CLUSTER_SECS} s ($(date -u +%H:%M:%S) UTC, load $(cut -d' ' -f1-3 /proc/loadavg))"
