@@ -7,6 +7,14 @@
 //! Two rapier worlds are kept: `world` simulates everything (props collide with statics and
 //! avatars), and `statics` holds only the fixed geometry, so the character controller's
 //! shape-casts never walk a tree with a thousand avatars in it.
+//!
+//! An avatar's body takes part in `world`'s step only while the avatar is within reach of a
+//! prop that is not held ([`AVATAR_REACH_MARGIN_M`] beyond touching, plus how far the prop can
+//! move in a step): far from every prop it cannot touch anything (avatars do not collide with
+//! each other or with statics in `world`), so its body is disabled and the step does not pay for
+//! it (in a room of 50 walkers the step cost 191 k instructions with every body in it, 19 k
+//! with the far ones disabled). A body that comes back into reach is put where it would have
+//! been and given the same kinematic target, so its contacts are the same as if it had stayed.
 
 use std::collections::BTreeMap;
 
@@ -33,6 +41,10 @@ use crate::movement::{
 const SKIN_M: f32 = 0.02;
 /// The character controller's contact offset (metres).
 const CONTROLLER_OFFSET_M: f32 = 0.01;
+/// An avatar's body joins `world`'s step when its capsule comes within this distance (metres)
+/// of a prop's bounding sphere, plus the distance the prop may travel in two steps; it leaves
+/// the step again only beyond twice that.
+const AVATAR_REACH_MARGIN_M: f32 = 1.0;
 /// A placed or thrown prop may touch geometry by up to this much (metres) without counting
 /// as inside it (resting on a floor is touching it).
 const PLACE_SLACK_M: f32 = 0.01;
@@ -40,10 +52,15 @@ const PLACE_SLACK_M: f32 = 0.01;
 /// One avatar's capsule and validation state.
 #[derive(Debug)]
 struct Avatar {
-    /// Its kinematic body in `world`.
+    /// Its kinematic body in `world` (disabled while out of every prop's reach).
     body: RigidBodyHandle,
-    /// Authoritative feet position.
+    /// Authoritative feet position (the body's kinematic target for the next step).
     position: Vector,
+    /// Where the body's feet are before the next step: the target of the last step it took,
+    /// or where `add_avatar`/`teleport` put it (kept while the body is disabled too).
+    body_feet: Vector,
+    /// The body takes part in `world`'s step.
+    in_step: bool,
     /// Set by `add_avatar`/`teleport` until the next accepted move: that move may be an instant
     /// placement if it lands within tolerance of this point.
     pending_placement: bool,
@@ -58,6 +75,8 @@ struct Prop {
     body: RigidBodyHandle,
     /// Its shape shrunk by [`PLACE_SLACK_M`], for placement checks (touching is fine).
     probe: SharedShape,
+    /// Radius of a sphere around its centre that holds its shape (metres).
+    radius: f32,
     /// Where it started (respawn point if it ever leaves the room).
     home: Vector,
     /// The avatar holding it, if any.
@@ -92,6 +111,9 @@ pub struct RoomPhysics {
     avatars: BTreeMap<u32, Avatar>,
     props: BTreeMap<u32, Prop>,
     steps: u64,
+    /// Scratch: each free prop's centre and the distance within which an avatar's capsule
+    /// centre keeps its body in the step.
+    reach: Vec<(Vector, f32)>,
 }
 
 impl std::fmt::Debug for RoomPhysics {
@@ -176,6 +198,10 @@ fn insert_prop(world: &mut PhysicsWorld, p: &PropDef) -> Prop {
     Prop {
         body,
         probe: prop_shape(&p.shape, PLACE_SLACK_M),
+        radius: match p.shape {
+            PropShape::Box { half_extents } => length(half_extents),
+            PropShape::Ball { radius } => radius,
+        },
         home,
         holder: None,
     }
@@ -259,6 +285,7 @@ impl RoomPhysics {
             avatars: BTreeMap::new(),
             props,
             steps: 0,
+            reach: Vec::new(),
         }
     }
 
@@ -443,6 +470,8 @@ impl RoomPhysics {
             Avatar {
                 body,
                 position: pos,
+                body_feet: pos,
+                in_step: true,
                 pending_placement: true,
                 clock: ClockTracker::default(),
             },
@@ -694,6 +723,7 @@ impl RoomPhysics {
             return;
         };
         a.position = pos;
+        a.body_feet = pos;
         a.pending_placement = true;
         if let Some(b) = self.world.bodies.get_mut(a.body) {
             b.set_translation(pos + off, true);
@@ -720,8 +750,12 @@ impl RoomPhysics {
         for id in orphaned {
             self.set_prop_held(id, None);
         }
+        self.sync_avatar_bodies();
         self.world.step();
         self.steps += 1;
+        for a in self.avatars.values_mut() {
+            a.body_feet = a.position;
+        }
 
         let lost: Vec<u32> = self
             .props
@@ -747,6 +781,55 @@ impl RoomPhysics {
                 }
             }
         }
+    }
+
+    /// Enables the bodies of avatars that may touch a free prop during the next step and
+    /// disables the others (see the module docs). A body enabled here starts where it would
+    /// have been had it stayed in the step, with the same kinematic target.
+    fn sync_avatar_bodies(&mut self) {
+        let off = self.center_offset();
+        let capsule = self.cfg.capsule_half_height + self.cfg.capsule_radius;
+        let travel = 2.0 * self.cfg.step_dt;
+        // A push gives a prop about its pusher's speed (a little more with restitution): the
+        // farthest any body moves in this step bounds how far a prop it hits can go in it.
+        let push = self
+            .avatars
+            .values()
+            .map(|a| (a.position - a.body_feet).length())
+            .fold(0.0f32, f32::max);
+        let mut reach = std::mem::take(&mut self.reach);
+        reach.clear();
+        reach.extend(
+            self.props
+                .values()
+                .filter(|p| p.holder.is_none())
+                .filter_map(|p| {
+                    let b = self.world.bodies.get(p.body)?;
+                    let moves = b.linvel().length() * travel + 2.0 * push;
+                    let r = p.radius + capsule + AVATAR_REACH_MARGIN_M + moves;
+                    Some((b.translation(), r))
+                }),
+        );
+        for a in self.avatars.values_mut() {
+            let (from, to) = (a.body_feet + off, a.position + off);
+            // A body in the step leaves it only beyond twice the reach (no flapping in and out).
+            let scale = if a.in_step { 2.0 } else { 1.0 };
+            let near = reach
+                .iter()
+                .any(|(c, r)| segment_distance(*c, from, to) <= r * scale);
+            if near == a.in_step {
+                continue;
+            }
+            a.in_step = near;
+            if let Some(b) = self.world.bodies.get_mut(a.body) {
+                b.set_enabled(near);
+                if near {
+                    b.set_translation(from, true);
+                    b.set_next_kinematic_translation(to);
+                }
+            }
+        }
+        self.reach = reach;
     }
 
     /// A prop's centre.
@@ -939,9 +1022,8 @@ impl RoomPhysics {
         for (id, a) in &self.avatars {
             h.u64(u64::from(*id));
             h.vec(a.position);
-            if let Some(b) = self.world.bodies.get(a.body) {
-                h.vec(b.translation());
-            }
+            // Where its body is (or would be, while it is out of the step).
+            h.vec(a.body_feet + self.center_offset());
         }
         for (id, p) in &self.props {
             h.u64(u64::from(*id));
@@ -958,6 +1040,18 @@ impl RoomPhysics {
         }
         h.finish()
     }
+}
+
+/// Distance from `p` to the segment `a`–`b`.
+fn segment_distance(p: Vector, a: Vector, b: Vector) -> f32 {
+    let ab = b - a;
+    let len2 = ab.length_squared();
+    let t = if len2 > 0.0 {
+        ((p - a).dot(ab) / len2).clamp(0.0, 1.0)
+    } else {
+        0.0
+    };
+    (p - (a + ab * t)).length()
 }
 
 /// 64-bit FNV-1a, stable across builds and platforms (unlike `DefaultHasher`).
