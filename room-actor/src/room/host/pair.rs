@@ -475,3 +475,45 @@ fn a_full_room_refuses_the_join_and_the_gateway_closes_room_full() {
     assert!(p.sim.host.links.is_empty());
     assert_eq!(p.closed, Some(CloseCode::RoomFull));
 }
+
+/// An operator's kick (another session, attached with the operator role) reaches the victim's
+/// gateway as `KICKED`: it closes 4010; a non-operator's kick is refused and changes nothing.
+#[test]
+fn an_operator_kick_closes_the_member_4010() {
+    let mut p = Pair::new(Sim::new(RoomActorConfig::default()));
+    p.join();
+    let (op_q, mallory_q) = (Queue::new(4096), Queue::new(4096));
+    for (session, wallet, operator, q) in [
+        (7, "0xop", true, &op_q),
+        (8, "0xmallory", false, &mallory_q),
+    ] {
+        p.sim.host.on_attach(Attach {
+            session,
+            wallet: wallet.into(),
+            tx: Box::new(q.clone()),
+            entity: 0,
+            link_id: 1,
+            operator,
+        });
+    }
+    p.run(100);
+    let kick = |seq| pb::ClientEnvelope {
+        sequence: seq,
+        body: Some(client_envelope::Body::Operator(pb::OperatorAction {
+            op: pb::OperatorOp::Kick as i32,
+            target_wallet: WALLET.into(),
+        })),
+        ..Default::default()
+    };
+    p.sim.host.on_envelope(8, kick(1));
+    p.pump();
+    assert_eq!(p.closed, None, "not an operator: refused");
+    assert!(p.sim.host.links.contains_key(&SID));
+    p.sim.host.on_envelope(7, kick(1));
+    p.pump();
+    assert_eq!(p.closed, Some(CloseCode::Kicked));
+    assert_eq!(CloseCode::Kicked.code(), 4010);
+    assert!(!p.sim.host.links.contains_key(&SID));
+    p.run(40);
+    assert_eq!(p.sim.host.room.entity_of(SID), None, "it left the room");
+}
