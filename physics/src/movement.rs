@@ -36,9 +36,9 @@ pub struct MoveOutcome {
     pub clock_flagged: bool,
 }
 
-/// Why a move (or a prop placement) was refused.
+/// Why a move (or a prop placement) was refused. The one definition: the room core re-exports
+/// it as the reason of a correction, and `plaza.v1.RejectReason` is its wire form.
 #[derive(thiserror::Error, Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
 pub enum RejectReason {
     /// The move implies more than the speed limit (or the claimed velocity exceeds it).
     #[error("too fast")]
@@ -85,7 +85,7 @@ impl RejectReason {
         }
     }
 
-    /// Every reason, for pre-registering metric label sets.
+    /// Every reason, in metric-label order (the room's rejection counters are indexed by it).
     pub const ALL: [Self; 9] = [
         Self::Speed,
         Self::NonFinite,
@@ -94,8 +94,8 @@ impl RejectReason {
         Self::Teleport,
         Self::Blocked,
         Self::Clock,
-        Self::UnknownEntity,
         Self::Airborne,
+        Self::UnknownEntity,
     ];
 }
 

@@ -193,7 +193,7 @@ impl Room {
                                 }
                             }
                             Err(rej) => {
-                                let reason = RejectReason::from_physics(rej.reason);
+                                let reason = rej.reason;
                                 self.stats.count_rejection(reason);
                                 m.pose.position = rej.authoritative;
                                 m.pose.velocity = [0.0; 3];

@@ -122,77 +122,11 @@ pub enum Input {
     },
 }
 
-/// Why a movement was rejected (the physics authority's reasons, in the room's terms).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum RejectReason {
-    /// Faster than the speed limit.
-    Speed,
-    /// NaN or infinite values.
-    NonFinite,
-    /// A time step that is zero or negative.
-    NonPositiveDt,
-    /// Outside the room.
-    OutOfBounds,
-    /// A jump without a server-issued teleport.
-    Teleport,
-    /// Static geometry is in the way.
-    Blocked,
-    /// The client's clock runs faster than the server's.
-    Clock,
-    /// Higher above the ground than a jump reaches, and not falling (fly hack).
-    Airborne,
-    /// The avatar is not in the room's physics world (a room bug; the client is corrected to
-    /// its last known pose).
-    UnknownEntity,
-}
-
-impl RejectReason {
-    /// All reasons, in metric-label order.
-    pub const ALL: [Self; 9] = [
-        Self::Speed,
-        Self::NonFinite,
-        Self::NonPositiveDt,
-        Self::OutOfBounds,
-        Self::Teleport,
-        Self::Blocked,
-        Self::Clock,
-        Self::Airborne,
-        Self::UnknownEntity,
-    ];
-
-    /// The room's reason for a physics rejection.
-    pub fn from_physics(r: plaza_physics::RejectReason) -> Self {
-        use plaza_physics::RejectReason as P;
-        match r {
-            P::Speed => Self::Speed,
-            P::NonFinite => Self::NonFinite,
-            P::NonPositiveDt => Self::NonPositiveDt,
-            P::OutOfBounds => Self::OutOfBounds,
-            P::Teleport => Self::Teleport,
-            P::Blocked => Self::Blocked,
-            P::Clock => Self::Clock,
-            P::Airborne => Self::Airborne,
-            // The room only validates moves of its members' avatars: an unknown one (or a reason
-            // newer than this crate) is a room bug.
-            _ => Self::UnknownEntity,
-        }
-    }
-
-    /// Stable code for metrics and logs.
-    pub fn code(self) -> &'static str {
-        match self {
-            Self::Speed => "speed",
-            Self::NonFinite => "non_finite",
-            Self::NonPositiveDt => "non_positive_dt",
-            Self::OutOfBounds => "out_of_bounds",
-            Self::Teleport => "teleport",
-            Self::Blocked => "blocked",
-            Self::Clock => "clock",
-            Self::Airborne => "airborne",
-            Self::UnknownEntity => "unknown_entity",
-        }
-    }
-}
+/// Why a movement was rejected: the physics authority's reasons, one definition for physics,
+/// the room and (through the shell's wire mapping) `plaza.v1.RejectReason`.
+/// [`RejectReason::UnknownEntity`] is a room bug here: the room validates only its members'
+/// avatars (the client is corrected to its last known pose).
+pub use plaza_physics::RejectReason;
 
 /// Why a join was refused.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
