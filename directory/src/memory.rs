@@ -328,6 +328,11 @@ impl Directory for MemoryDirectory {
             }
         }
         if let Some(old) = st.presence.get(&entry.wallet).cloned() {
+            // A rejoin of the same room keeps the sources other services hold (a voice
+            // channel outlives the room session it began in; `sources`).
+            if old.entry.room == entry.room && old.entry.lease_until_ms > now {
+                entry.sources |= old.entry.sources - Sources::ROOM;
+            }
             // Re-registration (possibly in another room): drop the old indexes, keep the
             // profile record.
             let profile = st.profiles.remove(&entry.wallet);

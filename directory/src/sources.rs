@@ -6,7 +6,8 @@
 //! room, and releases it when its channel ends; the entry — and with it the wallet in the
 //! online-users lookup (`GET /v1/peers`) — lives while any source holds it, and is deleted
 //! exactly when the last one goes (the room's own release of [`Sources::ROOM`] when the member
-//! leaves, or the service's). The avatar follows the room source only: a member who left the
+//! leaves, or the service's). A rejoin of the same room (the room registers the wallet again)
+//! keeps the sources the other services hold. The avatar follows the room source only: a member who left the
 //! room is no longer in it, whatever else holds the wallet. The entry is renewed with its
 //! room's activation; when that room ends, an entry kept only by another source lapses after
 //! the presence TTL.

@@ -94,11 +94,15 @@ async fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
                     lease_until_ms: 0,
                 };
                 d.presence_register(e, epochs[r], TTL).await.unwrap();
+                // A rejoin of the same room keeps the other services' sources.
+                let kept = live(&model, w, now)
+                    .filter(|e| e.room == r)
+                    .map_or(0, |e| e.sources & !Sources::ROOM.bits());
                 model.insert(
                     w,
                     ModelEntry {
                         room: r,
-                        sources: src,
+                        sources: src | kept,
                         until: now + TTL,
                     },
                 );

@@ -201,12 +201,16 @@ pub(crate) fn check_store(log: &[StoreEvent]) -> Result<CheckStats, String> {
                 match result {
                     Ok(_) if ok && owner_ok => {
                         stats.fenced_ok += 1;
+                        // A rejoin of the same room keeps the other services' sources.
+                        let kept = live_entry(&pres, &entry.wallet)
+                            .filter(|e| e.room == entry.room)
+                            .map_or(Sources::NONE, |e| e.sources - Sources::ROOM);
                         pres.insert(
                             entry.wallet.clone(),
                             ModelEntry {
                                 room: entry.room.clone(),
                                 node: entry.node.clone(),
-                                sources: entry.sources,
+                                sources: entry.sources | kept,
                                 until: t + ttl_ms,
                             },
                         );

@@ -484,6 +484,57 @@ pub async fn reregister_moves_rooms(env: &dyn Env) {
     );
 }
 
+/// A rejoin of the same room (the wallet re-registered, say on a new entity after a reconnect)
+/// keeps the sources other services hold: a held voice flag is not dropped by the room.
+pub async fn reregister_keeps_held_sources(env: &dyn Env) {
+    let d = env.dir();
+    let p = d.claim("r", "a", LONG).await.unwrap();
+    d.presence_register(entry("w", "r", 1, "a", Sources::ROOM), p.epoch, LONG)
+        .await
+        .unwrap();
+    d.presence_add_source("w", Sources::VOICE, p.epoch)
+        .await
+        .unwrap();
+    d.presence_register(entry("w", "r", 2, "a", Sources::ROOM), p.epoch, LONG)
+        .await
+        .unwrap();
+    let got = d.presence_get("w").await.unwrap().unwrap();
+    assert_eq!(
+        (got.entity, got.sources),
+        (2, Sources::ROOM | Sources::VOICE)
+    );
+    assert_eq!(d.presence_by_entity("r", 1).await.unwrap(), None);
+    // The room's own release leaves the wallet held by voice; voice's release ends it.
+    assert!(
+        !d.presence_release("w", Sources::ROOM, p.epoch)
+            .await
+            .unwrap()
+    );
+    assert_eq!(
+        d.presence_get("w").await.unwrap().unwrap().sources,
+        Sources::VOICE
+    );
+    // A rejoin while only voice holds it: the room source comes back beside voice.
+    d.presence_register(entry("w", "r", 3, "a", Sources::ROOM), p.epoch, LONG)
+        .await
+        .unwrap();
+    assert_eq!(
+        d.presence_get("w").await.unwrap().unwrap().sources,
+        Sources::ROOM | Sources::VOICE
+    );
+    assert!(
+        !d.presence_release("w", Sources::VOICE, p.epoch)
+            .await
+            .unwrap()
+    );
+    assert!(
+        d.presence_release("w", Sources::ROOM, p.epoch)
+            .await
+            .unwrap()
+    );
+    assert_eq!(d.presence_get("w").await.unwrap(), None);
+}
+
 pub async fn peers_filter(env: &dyn Env) {
     let d = env.dir();
     let p = d.claim("r", "a", LONG).await.unwrap();
@@ -858,6 +909,7 @@ macro_rules! run_all_suite_cases {
             dead_node_presence_expires,
             entity_conflict_and_stale_eviction,
             reregister_moves_rooms,
+            reregister_keeps_held_sources,
             peers_filter,
             profile_dedup,
             audit_gap_free_and_fenced,
@@ -900,6 +952,7 @@ macro_rules! all_suite_tests {
             dead_node_presence_expires,
             entity_conflict_and_stale_eviction,
             reregister_moves_rooms,
+            reregister_keeps_held_sources,
             peers_filter,
             profile_dedup,
             audit_gap_free_and_fenced,
