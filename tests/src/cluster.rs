@@ -542,6 +542,27 @@ impl Cluster {
         );
     }
 
+    /// A client joined to a room that node `idx` hosts: joins `{prefix}probe-0`, `-1`, … (at
+    /// most 40) until one is placed there; returns the client, the room and its entity.
+    pub async fn probe_on_node(&self, idx: usize, prefix: &str) -> (crate::Client, String, u32) {
+        let victim_prefix = format!("{}.", self.nodes[idx].name);
+        let url = self.ws_url();
+        for i in 0..40 {
+            let room = format!("{prefix}probe-{i}");
+            let mut probe = crate::Client::connect(&url).await.expect("connect");
+            let entity = probe.join(&room).await.expect("join");
+            let placed = self.placements(std::slice::from_ref(&room)).await;
+            if placed
+                .get(&room)
+                .is_some_and(|n| n.starts_with(&victim_prefix))
+            {
+                return (probe, room, entity);
+            }
+            probe.close().await;
+        }
+        panic!("no room of 40 landed on node {}", self.nodes[idx].name);
+    }
+
     /// Asserts that presence empties (`/v1/peers` lists no one) within `within` (a lease TTL
     /// plus a sweep interval once every client left); returns how long it took.
     pub async fn assert_presence_empties(&self, within: Duration) -> Duration {
@@ -825,6 +846,7 @@ fn now_ms() -> u64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64)
 }
+
 /// Polls the async condition `f` every 50 ms until it holds or `timeout` passes; returns how
 /// long it took, or `None` on timeout.
 pub async fn wait_until<F, Fut>(timeout: Duration, mut f: F) -> Option<Duration>

@@ -16,7 +16,6 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use plaza_proto::pb;
-use plaza_tests::Client;
 use plaza_tests::blackhole::Blackhole;
 use plaza_tests::cluster::{Cluster, ClusterOpts, NodeSpawn, assert_fault_held, free_port};
 
@@ -46,23 +45,7 @@ async fn a_gateway_cut_from_a_node_keeps_its_sessions() {
 
     // A probe in a room of the partitioned-to-be node (join rooms until one lands there).
     let victim_prefix = format!("{}.", c.nodes[idx].name);
-    let url = c.ws_url();
-    let mut found = None;
-    for i in 0..40 {
-        let room = format!("f6-probe-{i}");
-        let mut probe = Client::connect(&url).await.unwrap();
-        let entity = probe.join(&room).await.unwrap();
-        let placed = c.placements(std::slice::from_ref(&room)).await;
-        if placed
-            .get(&room)
-            .is_some_and(|n| n.starts_with(&victim_prefix))
-        {
-            found = Some((probe, room, entity));
-            break;
-        }
-        probe.close().await;
-    }
-    let (mut probe, room, entity) = found.expect("some room lands on the third node");
+    let (mut probe, room, entity) = c.probe_on_node(idx, "f6-").await;
     probe.pump_for(Duration::from_secs(1)).await.unwrap();
     let frames_before = probe.frames.len();
     assert!(frames_before > 0, "the probe gets frames before the cut");

@@ -12,7 +12,6 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use plaza_tests::Client;
 use plaza_tests::blackhole::Blackhole;
 use plaza_tests::cluster::{Cluster, ClusterOpts, assert_fault_held};
 
@@ -45,23 +44,7 @@ async fn partitioned(opts: ClusterOpts, prefix: &str) {
 
     // A probe in a room of the isolated-to-be node (join rooms until one lands there).
     let victim_prefix = format!("{}.", c.nodes[idx].name);
-    let url = c.ws_url();
-    let mut found = None;
-    for i in 0..40 {
-        let room = format!("{prefix}probe-{i}");
-        let mut probe = Client::connect(&url).await.unwrap();
-        let entity = probe.join(&room).await.unwrap();
-        let placed = c.placements(std::slice::from_ref(&room)).await;
-        if placed
-            .get(&room)
-            .is_some_and(|n| n.starts_with(&victim_prefix))
-        {
-            found = Some((probe, room, entity));
-            break;
-        }
-        probe.close().await;
-    }
-    let (mut probe, room, entity) = found.expect("some room lands on the third node");
+    let (mut probe, room, entity) = c.probe_on_node(idx, prefix).await;
     let on_victim = c
         .presence_by_node()
         .await
