@@ -325,13 +325,48 @@ async fn metrics(State(s): State<Arc<AdminState>>, headers: HeaderMap) -> impl I
     }
 }
 
-/// One online user, as `/v1/peers` lists it.
+/// One online user, as `/v1/peers` lists it. `position` is the avatar's feet `[x, y, z]` in
+/// metres (the seed's shape) when the room runs on this process's node, else `null` (the
+/// directory does not hold positions; ask the room's node, or a wallet held only by another
+/// source has no avatar).
 #[derive(Debug, serde::Serialize)]
 struct Peer {
     address: String,
     room: String,
     entity: u32,
     node: String,
+    position: Option<[f32; 3]>,
+}
+
+/// The avatar positions of `entries` whose room runs on this process's node, by (room, wallet):
+/// each of those rooms (at most `operator::MAX_ROOMS`) is inspected once, all at once.
+async fn local_positions(
+    s: &AdminState,
+    entries: &[plaza_directory::PresenceEntry],
+) -> std::collections::HashMap<(String, String), [f32; 3]> {
+    let mut out = std::collections::HashMap::new();
+    let Some(node) = s.operator.get().and_then(|o| o.node.as_ref()) else {
+        return out;
+    };
+    let rooms: std::collections::BTreeSet<&str> = entries
+        .iter()
+        .filter(|e| e.node == node.node_id())
+        .map(|e| e.room.as_str())
+        .collect();
+    let mut asks = tokio::task::JoinSet::new();
+    for room in rooms.into_iter().take(operator::MAX_ROOMS) {
+        let (rooms, room) = (node.rooms().clone(), room.to_owned());
+        asks.spawn(async move { rooms.inspect(&room).await });
+    }
+    while let Some(r) = asks.join_next().await {
+        // A room that stopped meanwhile (or did not answer) gives no positions.
+        if let Ok(Ok(r)) = r {
+            for m in &r.view.members {
+                out.insert((r.view.room.clone(), m.wallet.clone()), m.position);
+            }
+        }
+    }
+    out
 }
 
 /// The wallets a `/v1/peers` query names: `ids=a,b` (comma-separated) and the seed's
@@ -374,9 +409,11 @@ async fn peers(State(s): State<Arc<AdminState>>, RawQuery(query): RawQuery) -> i
     };
     match directory.peers(ids.as_deref()).await {
         Ok(entries) => {
+            let positions = local_positions(&s, &entries).await;
             let peers: Vec<Peer> = entries
                 .into_iter()
                 .map(|e| Peer {
+                    position: positions.get(&(e.room.clone(), e.wallet.clone())).copied(),
                     address: e.wallet,
                     room: e.room,
                     entity: e.entity,

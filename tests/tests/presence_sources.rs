@@ -24,6 +24,14 @@ fn listed(peers: &Value, wallet: &str) -> bool {
         .is_some_and(|a| a.iter().any(|p| p["address"] == wallet))
 }
 
+/// The `position` `/v1/peers` gives `wallet` (`Value::Null` when it has none).
+fn position_of(peers: &Value, wallet: &str) -> Value {
+    peers["peers"]
+        .as_array()
+        .and_then(|a| a.iter().find(|p| p["address"] == wallet))
+        .map_or(Value::Null, |p| p["position"].clone())
+}
+
 async fn voice_keeps_a_wallet_online_after_its_room_session_left(cfg: PlazaConfig) {
     let plaza = start_plaza(&cfg).await;
     let (url, admin) = (ws_url(&plaza), plaza.admin_addr());
@@ -74,6 +82,21 @@ async fn voice_keeps_a_wallet_online_after_its_room_session_left(cfg: PlazaConfi
         .unwrap_err();
     assert_eq!(refused.code(), tonic::Code::InvalidArgument);
 
+    // The lookup answers the seed's shape: each peer's avatar position, the room's own.
+    let both = format!("/v1/peers?id={wa}&id={wb}");
+    let (_, peers) = http_call(admin, "GET", &both, None, None).await;
+    let (_, r) = http_call(admin, "GET", &format!("/v1/rooms/{room}"), None, None).await;
+    for w in [&wa, &wb] {
+        let member = r["room"]["members"]
+            .as_array()
+            .and_then(|m| m.iter().find(|m| m["wallet"] == w.as_str()))
+            .cloned()
+            .unwrap_or_else(|| panic!("{w} not a member: {r}"));
+        let pos = position_of(&peers, w);
+        assert_eq!(pos.as_array().map(Vec::len), Some(3), "{peers}");
+        assert_eq!(pos, member["position"], "{peers} vs {r}");
+    }
+
     // A leaves the room: the avatar goes with the room source, the wallet stays online (voice),
     // past the presence TTL plus a sweep (the room's renewals keep its entry).
     a.send(pb::client_envelope::Body::Leave(pb::Leave {}))
@@ -96,7 +119,6 @@ async fn voice_keeps_a_wallet_online_after_its_room_session_left(cfg: PlazaConfi
         Duration::from_millis(cfg.room.presence_ttl_ms + cfg.directory.sweep_interval_ms)
             + Duration::from_secs(1);
     let until = tokio::time::Instant::now() + hold_for;
-    let both = format!("/v1/peers?id={wa}&id={wb}");
     while tokio::time::Instant::now() < until {
         let (st, peers) = http_call(admin, "GET", &both, None, None).await;
         assert_eq!(st, 200, "{peers}");
@@ -104,6 +126,9 @@ async fn voice_keeps_a_wallet_online_after_its_room_session_left(cfg: PlazaConfi
             listed(&peers, &wa),
             "A fell out while voice held it: {peers}"
         );
+        // Held by voice alone, A has no avatar, so no position; B still has one.
+        assert_eq!(position_of(&peers, &wa), Value::Null, "{peers}");
+        assert!(position_of(&peers, &wb).is_array(), "{peers}");
         assert!(listed(&peers, &wb), "{peers}");
         a.pump_for(Duration::from_millis(250)).await.unwrap();
         b.pump_for(Duration::from_millis(250)).await.unwrap();
