@@ -4,7 +4,7 @@
 //!   quantized to 100 basis points, only while it changes, and its return to neutral too;
 //!   `Joined.room.expression_hz` says the rate (60 Hz, capped at the 50 Hz tick);
 //! * a blocked member hears nothing of the blocker's expressions;
-//! * `plaza-load --expressions 10`: 20 bots send expressions at 10 Hz through the gateway's own
+//! * `plaza-load --expressions 10`: 50 bots in one room send (the done-when's count) expressions at 10 Hz through the gateway's own
 //!   expression bucket (no rate-limit drops, no close), the others decode them, and the report
 //!   shows the expression bytes per bot separately.
 
@@ -113,23 +113,24 @@ async fn one_client_sees_anothers_expression() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn load_bots_send_expressions_and_the_report_counts_their_bytes() {
     let plaza = start_plaza(&test_config()).await;
-    let mut cfg = plaza_load::LoadConfig::new(ws_url(&plaza), 20);
+    const BOTS: usize = 50;
+    let mut cfg = plaza_load::LoadConfig::new(ws_url(&plaza), BOTS);
     cfg.duration = Duration::from_secs(4);
     cfg.ramp = Some(Duration::from_millis(300));
     cfg.progress = false;
     cfg.expression_hz = 10;
     let report = plaza_load::run(cfg).await.unwrap();
     let s = report.summary();
-    assert_eq!(report.bots_connected, 20, "{s}");
+    assert_eq!(report.bots_connected as usize, BOTS, "{s}");
     assert_eq!(report.bots_lost, 0, "{s}");
     assert_eq!(report.decode_errors, 0, "{s}");
-    // About 20 bots × 10 Hz × ~3.5 s joined.
-    assert!(report.expressions_sent > 500, "{s}");
+    // About 50 bots × 10 Hz × ~3.5 s joined.
+    assert!(report.expressions_sent > 1250, "{s}");
     assert!(
         report.error_codes.0.is_empty(),
         "no rate-limit refusals: {s}"
     );
-    assert!(report.expression_states_received > 1000, "{s}");
+    assert!(report.expression_states_received > 2500, "{s}");
     assert!(report.expression_down_bytes_total > 0, "{s}");
     assert!(report.expression_down_bytes_per_bot_per_s > 0.0, "{s}");
     assert!(
