@@ -13,19 +13,19 @@ pub struct ConnectionConfig {
     /// Protocol versions spoken.
     pub versions: Vec<pb::ProtocolVersion>,
     /// The room joined right after `Negotiated` (and after a resume that did not bring the
-    /// session back into it). `None`: the caller calls [`Connection::join`].
+    /// session back into it). `None`: the caller calls [`Connection::join`](super::Connection::join).
     pub room: Option<String>,
     /// A second `Resync` goes only when no keyframe came this long after the first, seconds.
     pub resync_retry_s: f64,
     /// A `Ping` goes every this many seconds while negotiated (0: never).
     pub ping_interval_s: f64,
-    /// Whether [`Connection::roster`] keeps who each avatar is (default true). A caller that
+    /// Whether [`Connection::roster`](super::Connection::roster) keeps who each avatar is (default true). A caller that
     /// only counts the `Roster` events (the load tool's thousands of bots) saves the memory.
     pub keep_roster: bool,
     /// Whether frames queue one [`Event::EntityEntered`] / [`Event::EntityUpdated`] /
     /// [`Event::EntityLeft`] per entity (default true: the replica directory is built on
     /// them). A caller that reads each frame itself after its [`Event::Frame`]
-    /// ([`Connection::last_frame`] for the ids changed and removed, [`Connection::decoder`] for
+    /// ([`Connection::last_frame`](super::Connection::last_frame) for the ids changed and removed, [`Connection::decoder`](super::Connection::decoder) for
     /// the records: the load tool's thousands of bots) saves the events, their queue and the
     /// index of reported entities they are diffed against. Read at every frame; switched on
     /// mid-stream, entities already held are reported entered with the next frame that
@@ -51,7 +51,7 @@ impl Default for ConnectionConfig {
 /// Where the session is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum State {
-    /// No transport (before [`Connection::connected`], or after a close).
+    /// No transport (before [`Connection::connected`](super::Connection::connected), or after a close).
     Disconnected,
     /// `Negotiate` sent, waiting for `Negotiated`.
     Negotiating,
