@@ -262,7 +262,7 @@ struct EncodeCtx<'a> {
     tick: u32,
     phase: u64,
     /// Every member's identity, by avatar entity (roster entries).
-    identities: &'a std::collections::BTreeMap<u32, crate::people::Identity>,
+    identities: &'a crate::people::Identities,
     /// Roster bytes per client per broadcast.
     roster_bytes: usize,
     /// The emotes playing now, sorted by avatar.

@@ -203,7 +203,7 @@ pub struct Room {
     /// one more (every member's first frame after the teleport, spread or not).
     instants: Vec<(u32, u64)>,
     /// Every member's identity and profile, by avatar entity.
-    identities: BTreeMap<u32, Identity>,
+    identities: people::Identities,
     /// Blocks per wallet pair (kept while the room runs, members or not).
     blocks: Blocks,
     /// Expression accumulator: grows by `expression_hz` per tick, a pass is due at `tick_hz`.
@@ -241,7 +241,7 @@ impl Room {
             room_seq: 0,
             audit_seq: 0,
             instants: Vec::new(),
-            identities: BTreeMap::new(),
+            identities: people::Identities::default(),
             blocks: Blocks::default(),
             expression_acc: 0,
             expressive: 0,
