@@ -30,6 +30,9 @@ pub struct RoomLease {
     /// With a presence TTL, every renewal also renews the presence of the activation's
     /// entries ([`Directory::renew_room`]: one store operation per room per period).
     presence_ttl: Option<Duration>,
+    /// How many presence entries the last renewal renewed (0 before the first, or without a
+    /// presence TTL).
+    presence_renewed: u32,
 }
 
 fn ttl_ms(ttl: Duration) -> u64 {
@@ -59,6 +62,7 @@ impl RoomLease {
             margin,
             valid_until: sent + (ttl - margin),
             presence_ttl: None,
+            presence_renewed: 0,
         })
     }
 
@@ -106,15 +110,19 @@ impl RoomLease {
         let sent = Instant::now();
         let p = &self.placement;
         let renewed = match self.presence_ttl {
-            Some(pt) => dir
-                .renew_room(&p.room, &p.node, p.epoch, ttl_ms(self.ttl), ttl_ms(pt))
+            Some(pt) => {
+                dir.renew_room(&p.room, &p.node, p.epoch, ttl_ms(self.ttl), ttl_ms(pt))
+                    .await
+            }
+            None => dir
+                .renew(&p.room, &p.node, p.epoch, ttl_ms(self.ttl))
                 .await
-                .map(|(p, _)| p),
-            None => dir.renew(&p.room, &p.node, p.epoch, ttl_ms(self.ttl)).await,
+                .map(|p| (p, 0)),
         };
         match renewed {
-            Ok(p) => {
+            Ok((p, n)) => {
                 self.placement = p;
+                self.presence_renewed = n;
                 self.valid_until = self.valid_until.max(sent + (self.ttl - self.margin));
                 Ok(())
             }
@@ -127,6 +135,12 @@ impl RoomLease {
                 Err(e)
             }
         }
+    }
+
+    /// How many presence entries of this activation the last successful renewal renewed
+    /// (members and entries held only by other sources, `crate::sources`).
+    pub fn presence_renewed(&self) -> u32 {
+        self.presence_renewed
     }
 
     /// Renews, and if the room has **no live placement at all** (the lease lapsed unclaimed,

@@ -9,8 +9,9 @@
 //! leaves, or the service's). A rejoin of the same room (the room registers the wallet again)
 //! keeps the sources the other services hold. The avatar follows the room source only: a member who left the
 //! room is no longer in it, whatever else holds the wallet. The entry is renewed with its
-//! room's activation; when that room ends, an entry kept only by another source lapses after
-//! the presence TTL.
+//! room's activation, and an empty room does not stop while such an entry is held (the room
+//! actor's writer counts them); if the activation ends anyway (a drain, a failover), an entry
+//! kept only by another source lapses after the presence TTL.
 //!
 //! Every write is fenced by the epoch of the room's live lease, read from the placement: a
 //! write raced by a new activation is retried once under the new epoch.

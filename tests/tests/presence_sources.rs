@@ -160,6 +160,80 @@ async fn voice_keeps_a_wallet_online_after_its_room_session_left(cfg: PlazaConfi
     plaza.shutdown().await;
 }
 
+/// A wallet held only by voice keeps its room: the room, empty, does not stop past its grace
+/// while the entry is held elsewhere (it renews it), and stops once voice releases it.
+async fn voice_keeps_its_room_after_the_last_member_left(cfg: PlazaConfig) {
+    let plaza = start_plaza(&cfg).await;
+    let (url, admin) = (ws_url(&plaza), plaza.admin_addr());
+    let room = "voice-only";
+    let mut a = Client::connect(&url).await.unwrap();
+    a.join(room).await.unwrap();
+    let wa = a.wallet.clone();
+    let src = format!("/v1/presence/{wa}/sources/voice");
+    let peers = format!("/v1/peers?id={wa}");
+    // The room registers A's entry on its own writer: wait for it before voice joins it.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while !listed(&http_call(admin, "GET", &peers, None, None).await.1, &wa) {
+        assert!(tokio::time::Instant::now() < deadline, "A never online");
+        a.pump_for(Duration::from_millis(50)).await.unwrap();
+    }
+    let (st, v) = http_call(admin, "POST", &src, None, None).await;
+    assert_eq!(st, 200, "{v}");
+    a.send(pb::client_envelope::Body::Leave(pb::Leave {}))
+        .await
+        .unwrap();
+    a.pump_for(Duration::from_millis(500)).await.unwrap();
+    let room_path = format!("/v1/rooms/{room}");
+    // Past the empty grace, the presence TTL and a sweep: still online, the room still there.
+    let hold_for = Duration::from_millis(
+        cfg.room.empty_grace_ms + cfg.room.presence_ttl_ms + cfg.directory.sweep_interval_ms,
+    ) + Duration::from_secs(1);
+    let until = tokio::time::Instant::now() + hold_for;
+    while tokio::time::Instant::now() < until {
+        let (_, p) = http_call(admin, "GET", &peers, None, None).await;
+        assert!(listed(&p, &wa), "the voice-only wallet lapsed: {p}");
+        assert_eq!(position_of(&p, &wa), Value::Null, "{p}");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let (st, r) = http_call(admin, "GET", &room_path, None, None).await;
+    assert_eq!(st, 200, "the room stopped while voice held a wallet: {r}");
+    // Voice lets go: the wallet is gone at once, and the empty room stops.
+    let (st, v) = http_call(admin, "DELETE", &src, None, None).await;
+    assert_eq!((st, v["online"].as_bool()), (200, Some(false)), "{v}");
+    let (_, p) = http_call(admin, "GET", &peers, None, None).await;
+    assert!(!listed(&p, &wa), "{p}");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    loop {
+        let (st, _) = http_call(admin, "GET", &room_path, None, None).await;
+        if st == 404 {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the empty room did not stop after the last source went"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    a.close().await;
+    plaza.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_voice_only_wallet_keeps_its_room_on_the_embedded_directory() {
+    voice_keeps_its_room_after_the_last_member_left(test_config()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_voice_only_wallet_keeps_its_room_on_redis() {
+    let redis = tokio::task::spawn_blocking(RedisServer::start)
+        .await
+        .unwrap()
+        .unwrap();
+    let mut cfg = test_config();
+    cfg.directory.redis_url = redis.url();
+    voice_keeps_its_room_after_the_last_member_left(cfg).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_voice_source_outlives_the_room_session_on_the_embedded_directory() {
     voice_keeps_a_wallet_online_after_its_room_session_left(test_config()).await;

@@ -2,7 +2,7 @@
 //! writer registered, the epoch it commits under, and until when it may commit.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 
 use parking_lot::Mutex;
 use plaza_directory::{Epoch, RoomLease};
@@ -20,6 +20,10 @@ pub struct Activation {
     commit_until: Mutex<Instant>,
     /// The room gave its handoff state (a drain): no checkpoint is stored after that.
     frozen: AtomicBool,
+    /// Presence entries of this activation that no member of the room holds (the last
+    /// renewal's count less the members): wallets kept online by another source (a voice
+    /// channel) after their room session left. The room does not stop empty while any is.
+    held_elsewhere: AtomicU32,
     /// Held around every store of this room's handoff state (checkpoints by the writer, the
     /// drain's by the supervisor), so the two are ordered.
     handoff_lock: tokio::sync::Mutex<()>,
@@ -33,6 +37,7 @@ impl Activation {
             epoch: Mutex::new(lease.epoch()),
             commit_until: Mutex::new(Instant::now() + lease.remaining()),
             frozen: AtomicBool::new(false),
+            held_elsewhere: AtomicU32::new(0),
             handoff_lock: tokio::sync::Mutex::new(()),
         }
     }
@@ -60,6 +65,22 @@ impl Activation {
 
     pub(crate) fn set_lease(&self, lease: &RoomLease) {
         *self.commit_until.lock() = Instant::now() + lease.remaining();
+        let members = u32::try_from(self.members.lock().len()).unwrap_or(u32::MAX);
+        self.held_elsewhere.store(
+            lease.presence_renewed().saturating_sub(members),
+            Ordering::SeqCst,
+        );
+    }
+
+    /// A member's release left its entry held by another source: counted at once (the next
+    /// renewal's count replaces it).
+    pub(crate) fn note_held_elsewhere(&self) {
+        self.held_elsewhere.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// Presence entries of this activation held only by other sources, as of the last renewal.
+    pub fn held_elsewhere(&self) -> u32 {
+        self.held_elsewhere.load(Ordering::SeqCst)
     }
 
     /// The members whose presence the room has registered, sorted by wallet.
@@ -97,5 +118,9 @@ impl super::host::LeaseView for Activation {
 
     fn epoch(&self) -> Epoch {
         Self::epoch(self)
+    }
+
+    fn held_elsewhere(&self) -> bool {
+        Self::held_elsewhere(self) > 0
     }
 }

@@ -43,6 +43,12 @@ pub(crate) trait LeaseView: Send + Sync {
     fn may_commit(&self) -> bool;
     /// The epoch the activation commits under now.
     fn epoch(&self) -> Epoch;
+    /// True while entries of this room are held online by other sources only (a voice
+    /// channel of a member who left): an empty room does not stop while it is, so their
+    /// presence keeps being renewed (`plaza_directory::sources`).
+    fn held_elsewhere(&self) -> bool {
+        false
+    }
 }
 
 /// The host's time.
@@ -545,7 +551,9 @@ impl RoomHost {
         let now = self.clock.now();
         if self.room.is_empty() && self.links.is_empty() {
             let since = *self.empty_since.get_or_insert(now);
-            if now.saturating_sub(since) >= self.cfg.empty_grace {
+            // A wallet another source holds (voice after its room session left) keeps the
+            // room, which renews its entry, until that source is released.
+            if now.saturating_sub(since) >= self.cfg.empty_grace && !self.lease.held_elsewhere() {
                 tracing::info!(room = %self.room_id, "room empty past its grace period, stopping");
                 self.metrics.placement("stopped_empty");
                 self.write(PresenceOp::DropCheckpoint);

@@ -123,13 +123,14 @@ pub(crate) struct PresenceStore {
 
 impl PresenceStore {
     /// Does `w` under `epoch`. `missing_ok`: a release of an entry that is gone is done (a
-    /// retry after the entry expired or was released).
+    /// retry after the entry expired or was released). `Ok(true)`: a release left the entry
+    /// held by another source (a voice channel keeps the wallet online).
     pub(crate) async fn write(
         &self,
         w: &PresenceWrite,
         epoch: Epoch,
         missing_ok: bool,
-    ) -> Result<(), DirectoryError> {
+    ) -> Result<bool, DirectoryError> {
         match w.entity {
             Some(entity) => {
                 let entry = PresenceEntry {
@@ -141,15 +142,26 @@ impl PresenceStore {
                     profile_version: 0,
                     lease_until_ms: 0,
                 };
-                self.dir.presence_register(entry, epoch, self.ttl_ms).await
+                self.dir
+                    .presence_register(entry, epoch, self.ttl_ms)
+                    .await
+                    .map(|()| false)
             }
             None => match self
                 .dir
                 .presence_release(&w.wallet, Sources::ROOM, epoch)
                 .await
             {
-                Ok(_) => Ok(()),
-                Err(e) if missing_ok && e.code() == "not_found" => Ok(()),
+                // Not the last source: the entry lives on, held by another service.
+                Ok(false) => Ok(self
+                    .dir
+                    .presence_get(&w.wallet)
+                    .await
+                    .ok()
+                    .flatten()
+                    .is_some_and(|e| e.room == self.room)),
+                Ok(true) => Ok(false),
+                Err(e) if missing_ok && e.code() == "not_found" => Ok(false),
                 Err(e) => Err(e),
             },
         }
@@ -223,7 +235,12 @@ pub(crate) fn spawn_directory_writer(
                             let epoch = lease.epoch();
                             let sent = unix_ms();
                             match store.write(&w, epoch, false).await {
-                                Ok(()) => events.commit(&room, epoch, sent, unix_ms(), w.what()),
+                                Ok(held) => {
+                                    if held {
+                                        activation.note_held_elsewhere();
+                                    }
+                                    events.commit(&room, epoch, sent, unix_ms(), w.what());
+                                }
                                 Err(e) => {
                                     tracing::warn!(room = %room, wallet = w.wallet, error = %e, "presence write failed; retried after the next renewal");
                                     metrics.directory_error(e.code());
@@ -299,7 +316,7 @@ pub(crate) fn spawn_directory_writer(
                                 let w = PresenceWrite { wallet, entity: Some(entity) };
                                 let sent = unix_ms();
                                 match store.write(&w, epoch, false).await {
-                                    Ok(()) => events.commit(&room, epoch, sent, unix_ms(), "register"),
+                                    Ok(_) => events.commit(&room, epoch, sent, unix_ms(), "register"),
                                     Err(e) => metrics.directory_error(e.code()),
                                 }
                             }
@@ -328,7 +345,7 @@ pub(crate) fn spawn_directory_writer(
                         for w in machine.take_retries() {
                             let sent = unix_ms();
                             match store.write(&w, epoch, true).await {
-                                Ok(()) => events.commit(&room, epoch, sent, unix_ms(), "retry"),
+                                Ok(_) => events.commit(&room, epoch, sent, unix_ms(), "retry"),
                                 Err(e) => {
                                     metrics.directory_error(e.code());
                                     machine.failed(w, e.is_fenced());
