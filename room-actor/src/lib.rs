@@ -243,7 +243,7 @@ impl Node {
         );
         let svc_grpc = svc.clone();
         let (shutdown, mut rx) = watch::channel(false);
-        // TCP_NODELAY: tonic leaves Nagle on for a listener we bind ourselves (STACK.md G3).
+        // TCP_NODELAY: tonic leaves Nagle on for a listener we bind ourselves.
         let incoming =
             tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
         let server = tokio::spawn(async move {
