@@ -70,7 +70,7 @@ async fn the_whole_suite_on_a_three_master_cluster() {
         ClusterEnv { dir: Arc::new(d) }
     };
     let n = run_all_suite_cases!(make());
-    assert_eq!(n, 21);
+    assert_eq!(n, 22);
 }
 
 /// Retries `f` while it fails with a retryable error (the cluster client refreshes its slot
