@@ -10,6 +10,7 @@ use std::collections::VecDeque;
 
 use bytes::Bytes;
 use parking_lot::Mutex;
+use plaza_node_proto::FrameKind;
 use tokio::sync::Notify;
 
 /// One item for the writer.
@@ -63,8 +64,10 @@ impl OutQueue {
         }
     }
 
-    /// Queues a frame. `keyframe` frames end an awaiting-keyframe phase.
-    pub fn push_frame(&self, bytes: Bytes, droppable: bool, keyframe: bool) -> Pushed {
+    /// Queues a frame. Deltas and keyframes may be dropped under backpressure; a keyframe ends
+    /// an awaiting-keyframe phase.
+    pub fn push_frame(&self, bytes: Bytes, kind: FrameKind) -> Pushed {
+        let (droppable, keyframe) = (kind.droppable(), kind.is_keyframe());
         let mut g = self.inner.lock();
         if g.closed {
             return Pushed::Skipped;
@@ -158,24 +161,24 @@ mod tests {
     #[test]
     fn overflow_purges_deltas_and_waits_for_a_keyframe() {
         let q = OutQueue::new(4);
-        assert_eq!(q.push_frame(frame(0), false, false), Pushed::Queued);
+        assert_eq!(q.push_frame(frame(0), FrameKind::Control), Pushed::Queued);
         for i in 1..4 {
-            assert_eq!(q.push_frame(frame(i), true, false), Pushed::Queued);
+            assert_eq!(q.push_frame(frame(i), FrameKind::Delta), Pushed::Queued);
         }
-        assert_eq!(q.push_frame(frame(9), true, false), Pushed::Overflow);
+        assert_eq!(q.push_frame(frame(9), FrameKind::Delta), Pushed::Overflow);
         assert_eq!(q.len(), 1, "only the control frame is kept");
-        assert_eq!(q.push_frame(frame(10), true, false), Pushed::Skipped);
-        assert_eq!(q.push_frame(frame(11), true, true), Pushed::Queued);
-        assert_eq!(q.push_frame(frame(12), true, false), Pushed::Queued);
+        assert_eq!(q.push_frame(frame(10), FrameKind::Delta), Pushed::Skipped);
+        assert_eq!(q.push_frame(frame(11), FrameKind::Keyframe), Pushed::Queued);
+        assert_eq!(q.push_frame(frame(12), FrameKind::Delta), Pushed::Queued);
         assert_eq!(q.len(), 3);
     }
 
     #[tokio::test]
     async fn drain_returns_items_in_order_and_close_is_last() {
         let q = OutQueue::new(8);
-        q.push_frame(frame(1), true, true);
+        q.push_frame(frame(1), FrameKind::Keyframe);
         q.close(1001, "bye");
-        assert_eq!(q.push_frame(frame(2), false, false), Pushed::Skipped);
+        assert_eq!(q.push_frame(frame(2), FrameKind::Control), Pushed::Skipped);
         let mut v = Vec::new();
         q.drain(&mut v).await;
         assert_eq!(v.len(), 2);

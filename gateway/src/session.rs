@@ -16,7 +16,9 @@ use axum::extract::ws::{CloseFrame, Message, WebSocket};
 use bytes::Bytes;
 use futures_util::stream::{SplitSink, SplitStream};
 use futures_util::{SinkExt as _, StreamExt as _};
-use plaza_node_proto::{self as node, NodeInbound, NodeOutbound, node_inbound, node_outbound};
+use plaza_node_proto::{
+    self as node, FrameKind, NodeInbound, NodeOutbound, node_inbound, node_outbound,
+};
 use plaza_proto::pb::{self, server_envelope};
 use prost::Message as _;
 use tokio::sync::mpsc;
@@ -290,24 +292,25 @@ impl Session {
     fn node_event(&mut self, ev: Option<Result<NodeOutbound, tonic::Status>>) -> NodeEvent {
         let sid = self.core.session_id();
         match ev {
-            Some(Ok(msg)) => match msg.body {
-                Some(node_outbound::Body::ServerEnvelope(bytes)) => NodeEvent::Frame {
-                    bytes,
-                    droppable: msg.droppable,
-                    keyframe: msg.keyframe,
-                },
-                Some(node_outbound::Body::Ack(a)) => NodeEvent::Ack {
-                    entity: a.entity_id,
-                },
-                Some(node_outbound::Body::Detach(d)) => NodeEvent::Detach {
-                    reason: detach_reason(d.reason),
-                    message: d.message,
-                },
-                // An empty message still shows the node is alive.
-                None => NodeEvent::Ack {
-                    entity: self.core.room().map_or(0, |r| r.1),
-                },
-            },
+            Some(Ok(msg)) => {
+                let kind = msg.frame_kind();
+                match msg.body {
+                    Some(node_outbound::Body::ServerEnvelope(bytes)) => {
+                        NodeEvent::Frame { bytes, kind }
+                    }
+                    Some(node_outbound::Body::Ack(a)) => NodeEvent::Ack {
+                        entity: a.entity_id,
+                    },
+                    Some(node_outbound::Body::Detach(d)) => NodeEvent::Detach {
+                        reason: detach_reason(d.reason),
+                        message: d.message,
+                    },
+                    // An empty message still shows the node is alive.
+                    None => NodeEvent::Ack {
+                        entity: self.core.room().map_or(0, |r| r.1),
+                    },
+                }
+            }
             Some(Err(status)) => {
                 self.link = None;
                 tracing::info!(session = sid, %status, "room stream broke");
@@ -333,12 +336,8 @@ impl Session {
                         server_time_ms: unix_ms(),
                     }))
                 }
-                Effect::Deliver {
-                    bytes,
-                    droppable,
-                    keyframe,
-                } => {
-                    if self.queue.push_frame(bytes, droppable, keyframe) == Pushed::Overflow {
+                Effect::Deliver { bytes, kind } => {
+                    if self.queue.push_frame(bytes, kind) == Pushed::Overflow {
                         self.shared.metrics.overflows.inc();
                         todo.extend(self.core.on_overflow(Instant::now()));
                     }
@@ -530,7 +529,7 @@ impl Session {
         };
         let _ = self
             .queue
-            .push_frame(Bytes::from(env.encode_to_vec()), false, false);
+            .push_frame(Bytes::from(env.encode_to_vec()), FrameKind::Control);
     }
 }
 

@@ -27,6 +27,7 @@
 use std::time::Duration;
 
 use bytes::Bytes;
+use plaza_node_proto::FrameKind;
 use plaza_proto::pb::{self, client_envelope, server_envelope};
 use plaza_proto::room_id::valid_room_id;
 use plaza_proto::version;
@@ -147,10 +148,8 @@ pub enum NodeEvent {
     Frame {
         /// The envelope.
         bytes: Bytes,
-        /// May be dropped under backpressure.
-        droppable: bool,
-        /// A keyframe (ends an awaiting-keyframe phase of the queue).
-        keyframe: bool,
+        /// What it is, for the queue's backpressure.
+        kind: FrameKind,
     },
     /// The room's ack (the entity).
     Ack {
@@ -187,10 +186,8 @@ pub enum Effect {
     Deliver {
         /// The encoded envelope.
         bytes: Bytes,
-        /// May be dropped.
-        droppable: bool,
-        /// A keyframe.
-        keyframe: bool,
+        /// What it is, for the queue's backpressure.
+        kind: FrameKind,
     },
     /// Send an envelope to the node.
     Forward(pb::ClientEnvelope),
@@ -549,15 +546,7 @@ impl SessionCore {
             }
         }
         match ev {
-            NodeEvent::Frame {
-                bytes,
-                droppable,
-                keyframe,
-            } => out.push(Effect::Deliver {
-                bytes,
-                droppable,
-                keyframe,
-            }),
+            NodeEvent::Frame { bytes, kind } => out.push(Effect::Deliver { bytes, kind }),
             NodeEvent::Ack { entity: e } => {
                 if let Link::Attached { entity, .. } = &mut self.link {
                     *entity = e;

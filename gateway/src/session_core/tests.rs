@@ -133,8 +133,7 @@ fn emote() -> client_envelope::Body {
 fn frame() -> NodeEvent {
     NodeEvent::Frame {
         bytes: Bytes::from_static(b"f"),
-        droppable: true,
-        keyframe: false,
+        kind: FrameKind::Delta,
     }
 }
 

@@ -18,3 +18,67 @@ mod generated {
 }
 
 pub use generated::*;
+
+/// What a forwarded server envelope is, for backpressure: the one definition shared by the room
+/// (which labels each envelope it sends) and the gateway (whose queue may drop deltas, then
+/// waits for a keyframe). On the wire it is `NodeOutbound`'s two flags.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FrameKind {
+    /// Must arrive (joined, corrections, events, errors).
+    Control,
+    /// A delta frame: may be dropped under backpressure, then a keyframe heals the client.
+    Delta,
+    /// A keyframe: may be dropped too, and ends an awaiting-keyframe phase.
+    Keyframe,
+}
+
+impl FrameKind {
+    /// May the gateway drop it under backpressure (`NodeOutbound.droppable`).
+    pub fn droppable(self) -> bool {
+        self != FrameKind::Control
+    }
+
+    /// Is it a keyframe (`NodeOutbound.keyframe`).
+    pub fn is_keyframe(self) -> bool {
+        self == FrameKind::Keyframe
+    }
+
+    /// From `NodeOutbound`'s flags: a message that must arrive is `Control` whatever its
+    /// keyframe flag says.
+    pub fn from_flags(droppable: bool, keyframe: bool) -> Self {
+        match (droppable, keyframe) {
+            (false, _) => FrameKind::Control,
+            (true, false) => FrameKind::Delta,
+            (true, true) => FrameKind::Keyframe,
+        }
+    }
+}
+
+impl NodeOutbound {
+    /// A forwarded `plaza.v1.ServerEnvelope` of `kind`.
+    pub fn envelope(bytes: impl Into<::prost::bytes::Bytes>, kind: FrameKind) -> Self {
+        NodeOutbound {
+            body: Some(node_outbound::Body::ServerEnvelope(bytes.into())),
+            droppable: kind.droppable(),
+            keyframe: kind.is_keyframe(),
+        }
+    }
+
+    /// What its envelope is, from its flags.
+    pub fn frame_kind(&self) -> FrameKind {
+        FrameKind::from_flags(self.droppable, self.keyframe)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_frame_kind_survives_the_wire_flags() {
+        for k in [FrameKind::Control, FrameKind::Delta, FrameKind::Keyframe] {
+            assert_eq!(NodeOutbound::envelope(vec![1u8], k).frame_kind(), k);
+        }
+        assert_eq!(FrameKind::from_flags(false, true), FrameKind::Control);
+    }
+}

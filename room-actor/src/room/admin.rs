@@ -12,6 +12,7 @@ use std::collections::BTreeMap;
 
 use plaza_directory::Epoch;
 use plaza_node_proto as node;
+use plaza_node_proto::FrameKind;
 use plaza_proto::pb::{self, server_envelope};
 use plaza_room_core::admin::{
     AdminRefusal, Identity, Moderation, RateWindow, RoomView, TeleportTarget, TickWindow,
@@ -20,7 +21,7 @@ use plaza_room_core::admin::{
 use plaza_room_core::{Input, SessionId};
 use ractor::RpcReplyPort;
 
-use super::host::{Kind, RoomHost};
+use super::host::RoomHost;
 
 /// The message every member of a closed room reads (with `REJECTED`).
 pub const CLOSED_MESSAGE: &str = "room closed by an operator";
@@ -205,7 +206,7 @@ impl RoomHost {
                 ok: outcome.is_ok(),
                 reason: outcome.err().unwrap_or_default().to_owned(),
             }),
-            Kind::Control,
+            FrameKind::Control,
         );
         if op == Op::CloseRoom && outcome.is_ok() {
             self.close();

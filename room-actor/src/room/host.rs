@@ -21,7 +21,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use plaza_directory::Epoch;
-use plaza_node_proto::{self as node, NodeOutbound, node_outbound};
+use plaza_node_proto::{self as node, FrameKind, NodeOutbound, node_outbound};
 use plaza_proto::pb::{self, server_envelope};
 use plaza_room_core::{Due, JoinRefusal, Outbound, RejectReason, Room, SessionId};
 use prost::Message as _;
@@ -72,17 +72,6 @@ pub(crate) enum Refused {
 pub(crate) trait Outlet: Send {
     /// Queue `msg`, or say why not.
     fn offer(&self, msg: NodeOutbound) -> Result<(), Refused>;
-}
-
-/// What an outbound envelope is, for backpressure.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Kind {
-    /// Must arrive (joined, corrections, errors).
-    Control,
-    /// A delta frame: may be dropped, then a keyframe heals the client.
-    Delta,
-    /// A keyframe.
-    Keyframe,
 }
 
 /// An ordered directory write, done by the room's directory writer off the tick path.
@@ -389,7 +378,7 @@ impl RoomHost {
                         in_reply_to: seq,
                         ..Default::default()
                     }),
-                    Kind::Control,
+                    FrameKind::Control,
                 );
             }
             wire::Decoded::Operator { op, target_wallet } => {
@@ -701,9 +690,9 @@ impl RoomHost {
                         frame: bytes.into(),
                     }),
                     if keyframe {
-                        Kind::Keyframe
+                        FrameKind::Keyframe
                     } else {
-                        Kind::Delta
+                        FrameKind::Delta
                     },
                 );
             }
@@ -720,7 +709,11 @@ impl RoomHost {
                     rotation_y: pose.yaw_deg,
                     last_input_sequence: last_input_seq,
                 };
-                self.send_envelope(session, server_envelope::Body::Correction(c), Kind::Control);
+                self.send_envelope(
+                    session,
+                    server_envelope::Body::Correction(c),
+                    FrameKind::Control,
+                );
             }
             Outbound::Event(e) => {
                 let ev = wire::event(&e);
@@ -728,7 +721,7 @@ impl RoomHost {
                     self.send_envelope(
                         *session,
                         server_envelope::Body::Event(ev.clone()),
-                        Kind::Control,
+                        FrameKind::Control,
                     );
                 }
             }
@@ -744,7 +737,7 @@ impl RoomHost {
                 self.send_envelope(
                     session,
                     server_envelope::Body::Expressions(frame),
-                    Kind::Delta,
+                    FrameKind::Delta,
                 );
             }
             // Split off by `deliver_until_audits` and appended first; never reaches here.
@@ -800,7 +793,7 @@ impl RoomHost {
         self.send_envelope(
             session,
             server_envelope::Body::Joined(joined),
-            Kind::Control,
+            FrameKind::Control,
         );
     }
 
@@ -825,7 +818,7 @@ impl RoomHost {
             server_envelope::Body::Left(pb::Left {
                 room_id: self.room_id.clone(),
             }),
-            Kind::Control,
+            FrameKind::Control,
         );
         if self.links.remove(&session).is_some() {
             self.metrics.sessions.dec();
@@ -838,7 +831,7 @@ impl RoomHost {
         &mut self,
         session: SessionId,
         body: server_envelope::Body,
-        kind: Kind,
+        kind: FrameKind,
     ) {
         let sent_at_ms = self.clock.unix_ms();
         let Some(link) = self.links.get_mut(&session) else {
@@ -850,18 +843,12 @@ impl RoomHost {
             sent_at_ms,
             body: Some(body),
         };
-        let msg = NodeOutbound {
-            body: Some(node_outbound::Body::ServerEnvelope(
-                env.encode_to_vec().into(),
-            )),
-            droppable: kind != Kind::Control,
-            keyframe: kind == Kind::Keyframe,
-        };
+        let msg = NodeOutbound::envelope(env.encode_to_vec(), kind);
         match link.tx.offer(msg) {
             Ok(()) => {}
             Err(Refused::Full) => {
                 self.metrics.outbound_dropped.inc();
-                if kind != Kind::Control {
+                if kind != FrameKind::Control {
                     self.room.request_keyframe(session);
                 } else {
                     // A control message could not be queued: the stream is hopelessly behind.

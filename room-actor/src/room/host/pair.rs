@@ -121,14 +121,9 @@ impl Pair {
                     }
                     .encode_to_vec()
                     .into(),
-                    false,
-                    false,
+                    FrameKind::Control,
                 ),
-                Effect::Deliver {
-                    bytes,
-                    droppable,
-                    keyframe,
-                } => self.queue_to_client(bytes, droppable, keyframe),
+                Effect::Deliver { bytes, kind } => self.queue_to_client(bytes, kind),
                 Effect::Forward(env) => {
                     self.sim.host.on_envelope(SID, env);
                     self.sim.writes.extend(self.sim.host.take_writes());
@@ -159,8 +154,8 @@ impl Pair {
         }
     }
 
-    fn queue_to_client(&mut self, bytes: bytes::Bytes, droppable: bool, keyframe: bool) {
-        if self.client_q.push_frame(bytes, droppable, keyframe) == Pushed::Overflow {
+    fn queue_to_client(&mut self, bytes: bytes::Bytes, kind: FrameKind) {
+        if self.client_q.push_frame(bytes, kind) == Pushed::Overflow {
             let fx = self.core.on_overflow(self.now());
             self.apply(fx);
         }
@@ -175,6 +170,7 @@ impl Pair {
             }
             for m in msgs {
                 let now = self.now();
+                let kind = m.frame_kind();
                 let fx = match m.body {
                     Some(node_outbound::Body::Ack(a)) if self.attaching => {
                         self.attaching = false;
@@ -212,14 +208,9 @@ impl Pair {
                             )
                         }
                     }
-                    Some(node_outbound::Body::ServerEnvelope(bytes)) => self.core.on_node(
-                        NodeEvent::Frame {
-                            bytes,
-                            droppable: m.droppable,
-                            keyframe: m.keyframe,
-                        },
-                        now,
-                    ),
+                    Some(node_outbound::Body::ServerEnvelope(bytes)) => {
+                        self.core.on_node(NodeEvent::Frame { kind, bytes }, now)
+                    }
                     None => Vec::new(),
                 };
                 self.apply(fx);
