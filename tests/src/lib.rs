@@ -242,16 +242,28 @@ impl Client {
             room_id: room.to_owned(),
         }))
         .await?;
-        self.wait_joined().await
+        let seq = self.conn.last_sequence();
+        self.wait_joined_after(seq).await
     }
 
     /// Waits for Joined. An `Error` from the server before it is the refusal: returned as a
     /// [`Refused`] (`err.downcast_ref::<Refused>()`), not waited out.
     pub async fn wait_joined(&mut self) -> anyhow::Result<u32> {
+        self.wait_joined_after(0).await
+    }
+
+    /// [`Client::wait_joined`] for a join sent as client sequence `seq`: an `Error` that answers
+    /// an earlier request (its `in_reply_to` names a sequence before `seq`) is not the join's
+    /// refusal; it stays in `errors` and the wait goes on.
+    async fn wait_joined_after(&mut self, seq: u32) -> anyhow::Result<u32> {
         loop {
             match self.recv().await? {
                 Some(server_envelope::Body::Joined(j)) => return Ok(j.entity_id),
-                Some(server_envelope::Body::Error(e)) => return Err(Refused(e).into()),
+                Some(server_envelope::Body::Error(e))
+                    if e.in_reply_to == 0 || e.in_reply_to >= seq =>
+                {
+                    return Err(Refused(e).into());
+                }
                 Some(_) => {}
                 None => anyhow::bail!("closed during join: {:?}", self.errors),
             }
