@@ -15,6 +15,7 @@ use plaza_node_proto::PresenceSourceRequest;
 use plaza_node_proto::room_host_client::RoomHostClient;
 use plaza_ops::config::PlazaConfig;
 use plaza_proto::pb;
+use plaza_tests::cluster::wait_until;
 use plaza_tests::{Client, http_call, start_plaza, test_config, ws_url};
 use serde_json::Value;
 
@@ -202,18 +203,15 @@ async fn voice_keeps_its_room_after_the_last_member_left(cfg: PlazaConfig) {
     assert_eq!((st, v["online"].as_bool()), (200, Some(false)), "{v}");
     let (_, p) = http_call(admin, "GET", &peers, None, None).await;
     assert!(!listed(&p, &wa), "{p}");
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
-    loop {
-        let (st, _) = http_call(admin, "GET", &room_path, None, None).await;
-        if st == 404 {
-            break;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the empty room did not stop after the last source went"
-        );
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
+    let stopped = wait_until(Duration::from_secs(15), || {
+        let path = &room_path;
+        async move { http_call(admin, "GET", path, None, None).await.0 == 404 }
+    })
+    .await;
+    assert!(
+        stopped.is_some(),
+        "the empty room did not stop after the last source went"
+    );
     a.close().await;
     plaza.shutdown().await;
 }

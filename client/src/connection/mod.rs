@@ -276,26 +276,22 @@ impl Connection {
 
     /// One binary message from the server, received at `now`.
     pub fn handle_input(&mut self, bytes: &[u8], now: f64) -> Result<(), InputError> {
-        if self.state == State::Disconnected {
-            return Err(InputError::NotConnected);
-        }
-        let env = match pb::ServerEnvelope::decode(bytes) {
-            Ok(e) => e,
-            Err(e) => {
-                self.stats.bad_envelopes += 1;
-                return Err(InputError::Decode(e.to_string()));
-            }
-        };
-        self.handle_envelope(env, now)
+        self.decode_input(bytes, now)
     }
 
     /// [`Connection::handle_input`] with the message's own buffer (what a WebSocket library
     /// hands over): the frame bytes inside the envelope are not copied out of it.
     pub fn handle_input_bytes(&mut self, bytes: Bytes, now: f64) -> Result<(), InputError> {
+        self.decode_input(bytes, now)
+    }
+
+    /// Decodes one server message from `buf` (a slice, or a `Bytes` the frame bytes are not
+    /// copied out of) and handles it.
+    fn decode_input(&mut self, buf: impl prost::bytes::Buf, now: f64) -> Result<(), InputError> {
         if self.state == State::Disconnected {
             return Err(InputError::NotConnected);
         }
-        let env = match pb::ServerEnvelope::decode(bytes) {
+        let env = match pb::ServerEnvelope::decode(buf) {
             Ok(e) => e,
             Err(e) => {
                 self.stats.bad_envelopes += 1;

@@ -247,6 +247,20 @@ impl Scene {
         ));
     }
 
+    /// Makes `session` (avatar `entity`) the master and tells every client.
+    fn promote(&mut self, id: &str, session: SessionId, entity: u32, out: &mut Vec<SceneOut>) {
+        self.clients
+            .insert(session, (entity, SceneClientState::Master));
+        self.client_event(
+            id,
+            entity,
+            SceneClientEvent::MasterChanged,
+            SceneClientState::Master,
+            None,
+            out,
+        );
+    }
+
     fn log_covers_state(&self) -> bool {
         self.dropped_upto <= self.state_tick
     }
@@ -630,15 +644,7 @@ impl Scenes {
             });
         match synced {
             Some((s, e)) => {
-                scene.clients.insert(s, (e, SceneClientState::Master));
-                scene.client_event(
-                    id,
-                    e,
-                    SceneClientEvent::MasterChanged,
-                    SceneClientState::Master,
-                    None,
-                    out,
-                );
+                scene.promote(id, s, e, out);
                 if !scene.log_covers_state() {
                     // The old master's request died with it: ask the new one, timed afresh.
                     request_state(scene, id, out);
@@ -798,16 +804,8 @@ impl Scenes {
                     {
                         scene.clients.insert(m, (me, SceneClientState::Normal));
                     }
-                    scene.clients.insert(s, (e, SceneClientState::Master));
                     wait.retries = 0;
-                    scene.client_event(
-                        id,
-                        e,
-                        SceneClientEvent::MasterChanged,
-                        SceneClientState::Master,
-                        None,
-                        out,
-                    );
+                    scene.promote(id, s, e, out);
                 }
                 None => {
                     // Nobody else can serve them: the joiners do not wait forever.
