@@ -33,6 +33,7 @@ pub mod scenario;
 mod seen;
 pub mod server;
 pub mod stats;
+pub mod steady;
 pub mod tls;
 pub mod walk;
 
@@ -40,6 +41,7 @@ pub use rate::{SendRate, SendRateConfig};
 pub use report::{Report, RoomReport, SeriesPoint, WrittenFiles};
 pub use scenario::{BotKind, BotMix, Scenario};
 pub use stats::{KeyedCounts, Percentiles};
+pub use walk::WalkModel;
 
 use crate::stats::{Counters, Metric, Stats};
 
@@ -95,6 +97,10 @@ pub struct LoadConfig {
     pub auth_token: String,
     /// How bots send their moves (default [`MovementMode::Plain`]).
     pub movement: MovementMode,
+    /// How bots walk (default [`WalkModel::Waypoint`]).
+    pub walk: WalkModel,
+    /// The steady-state window starts this long after every bot joined (default 10 s).
+    pub warmup: Duration,
 }
 
 /// How bots send their moves (`plaza-load --movement`).
@@ -160,6 +166,8 @@ impl LoadConfig {
             expression_hz: 0,
             auth_token: String::new(),
             movement: MovementMode::Plain,
+            walk: WalkModel::Waypoint,
+            warmup: Duration::from_secs(10),
         }
     }
 
@@ -188,6 +196,8 @@ pub(crate) struct Shared {
     pub(crate) props: props::PropBoard,
     /// The TLS client configuration of a `wss://` gateway.
     pub(crate) tls: Option<Arc<rustls::ClientConfig>>,
+    /// A bot warned that its room is smaller than the jitter walk's world.
+    pub(crate) walk_world_warned: std::sync::atomic::AtomicBool,
 }
 
 /// Runs the load test for its duration and returns its report. Bots that cannot connect are
@@ -235,6 +245,7 @@ pub async fn run_with_stop(
         board: seen::MoveBoard::default(),
         props: props::PropBoard::default(),
         tls,
+        walk_world_warned: std::sync::atomic::AtomicBool::new(false),
     });
     let start = Instant::now();
     let deadline = start + cfg.duration;
@@ -279,7 +290,8 @@ pub async fn run_with_stop(
         }
     }
     tasks.abort_all();
-    let (series, tick) = sampler.await.unwrap_or_default();
+    let (series, tick, marks) = sampler.await.unwrap_or_default();
+    let steady = steady::load_window(&marks, cfg.warmup.as_secs_f64());
     let elapsed = start.elapsed();
 
     let st = &shared.stats;
@@ -403,6 +415,9 @@ pub async fn run_with_stop(
         server_ticks: tick.as_ref().map(|h| h.count.max(0.0) as u64),
         load_cpu_seconds: (cpu_seconds() - cpu_start).max(0.0),
         load_peak_rss_mib: peak_rss_mib(),
+        walk: cfg.walk.name().into(),
+        steady,
+        started_at: Some(start),
         series,
         server: None,
         servers: Vec::new(),
@@ -412,12 +427,16 @@ pub async fn run_with_stop(
 }
 
 /// Samples one [`SeriesPoint`] per second until the deadline; also returns the whole run's
-/// tick histogram (last scrape minus first).
+/// tick histogram (last scrape minus first) and the steady window's marks.
 async fn sample_series(
     shared: Arc<Shared>,
     start: Instant,
     deadline: Instant,
-) -> (Vec<SeriesPoint>, Option<prom::HistogramBuckets>) {
+) -> (
+    Vec<SeriesPoint>,
+    Option<prom::HistogramBuckets>,
+    Vec<steady::Mark>,
+) {
     let cfg = &shared.cfg;
     let bar = if cfg.progress {
         let bar = ProgressBar::with_draw_target(
@@ -436,6 +455,7 @@ async fn sample_series(
     let st = &shared.stats;
     let c = &st.counters;
     let mut series = Vec::new();
+    let mut marks = Vec::new();
     let mut tick = tokio::time::interval_at(
         (start + Duration::from_secs(1)).into(),
         Duration::from_secs(1),
@@ -492,6 +512,15 @@ async fn sample_series(
             }
             prev_scrape = Some(h);
         }
+        marks.push(steady::Mark {
+            t_s: now.duration_since(start).as_secs_f64(),
+            connected,
+            ever_joined: Counters::get(&c.ever_joined),
+            cpu_s: cpu_seconds(),
+            down_bytes: down,
+            up_bytes: up,
+            rss_mib: rss_mib(),
+        });
         let point = SeriesPoint {
             t_s: now.duration_since(start).as_secs_f64(),
             connected,
@@ -527,7 +556,7 @@ async fn sample_series(
         (Some(last), Some(first)) => Some(last.delta(&first)),
         _ => None,
     };
-    (series, whole)
+    (series, whole, marks)
 }
 
 /// CPU seconds (user + system) of this process, from `/proc/self/stat`; 0 where unavailable.
@@ -562,8 +591,20 @@ pub fn peak_rss_mib() -> f64 {
         .map_or(0.0, |kib| kib as f64 / 1024.0)
 }
 
+/// Resident memory of this process now in MiB (`VmRSS`); 0 where unavailable.
+pub fn rss_mib() -> f64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| parse_status_kib(&s, "VmRSS:"))
+        .map_or(0.0, |kib| kib as f64 / 1024.0)
+}
+
 fn parse_vm_hwm_kib(status: &str) -> Option<u64> {
-    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    parse_status_kib(status, "VmHWM:")
+}
+
+fn parse_status_kib(status: &str, key: &str) -> Option<u64> {
+    let line = status.lines().find(|l| l.starts_with(key))?;
     line.split_whitespace().nth(1)?.parse().ok()
 }
 
@@ -610,6 +651,11 @@ mod tests {
             Some(20480)
         );
         assert_eq!(parse_vm_hwm_kib("Name:\tx\n"), None);
+        assert_eq!(
+            parse_status_kib("VmHWM:\t 9 kB\nVmRSS:\t  2048 kB\n", "VmRSS:"),
+            Some(2048)
+        );
+        assert!(rss_mib() > 0.0);
         let limits = "Limit  Soft Limit  Hard Limit  Units\nMax open files            1024                 524288               files\n";
         assert_eq!(parse_open_files_limit(limits), Some(1024));
         assert_eq!(

@@ -47,6 +47,16 @@ struct Args {
     /// bots compressed, even-numbered plain).
     #[arg(long, default_value = "plain")]
     movement: plaza_load::MovementMode,
+    /// How bots walk: `waypoint` (straight lines to random waypoints, moves sent when the pose
+    /// changed) or `jitter` (the standard room benchmark: heading ±0.3 rad and speed ±0.5 m/s
+    /// per 100 ms input, 0–6 m/s below the room's limit, every input sent, in a 200 m × 200 m
+    /// world clipped to the room's bounds: serve `load/rooms/open-200.toml` for the whole of it).
+    #[arg(long, default_value = "waypoint")]
+    walk: plaza_load::WalkModel,
+    /// The steady-state window (`steady` in the report) starts this long after every bot
+    /// joined and lasts until the run ends.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    warmup: Duration,
     /// Number of rooms (`load-0` .. `load-<R-1>`, bots round-robin).
     #[arg(long, default_value_t = 1)]
     rooms: usize,
@@ -173,6 +183,8 @@ fn main() -> anyhow::Result<()> {
     cfg.send_rate.max_per_second = args.input_hz;
     cfg.auth_token = args.auth_token.clone();
     cfg.movement = args.movement;
+    cfg.walk = args.walk;
+    cfg.warmup = args.warmup;
 
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(usize::from(args.threads))
@@ -233,6 +245,7 @@ fn main() -> anyhow::Result<()> {
         }
     }
     report.server = ServerProcess::total(&report.servers);
+    report.apply_server_steady();
     let verdict = thresholds.judge(&report);
     let (bots_ok, thresholds_ok) = (verdict.bots_ok, verdict.thresholds_ok);
     println!("{}", verdict.line().replace("**", ""));
@@ -294,5 +307,11 @@ mod tests {
         assert_eq!(a.ca_cert, [PathBuf::from("ca.pem")]);
         assert_eq!(a.server_metrics.len(), 2);
         assert_eq!(a.duration, Duration::from_secs(20));
+        assert_eq!(a.walk, plaza_load::WalkModel::Waypoint);
+        assert_eq!(a.warmup, Duration::from_secs(10));
+        let b = Args::try_parse_from(["plaza-load", "--walk", "jitter", "--warmup", "5s"]).unwrap();
+        assert_eq!(b.walk, plaza_load::WalkModel::Jitter);
+        assert_eq!(b.warmup, Duration::from_secs(5));
+        assert!(Args::try_parse_from(["plaza-load", "--walk", "drunk"]).is_err());
     }
 }

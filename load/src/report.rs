@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::stats::{KeyedCounts, Percentiles};
+use crate::steady::{ServerMark, Steady};
 
 /// One second of the run.
 #[derive(Clone, Debug, Default, Deserialize, PartialEq, Serialize)]
@@ -166,6 +167,16 @@ pub struct Report {
     pub load_cpu_seconds: f64,
     /// Peak resident memory of the load tool (MiB).
     pub load_peak_rss_mib: f64,
+    /// The bots' walk model (`waypoint`, `jitter`).
+    #[serde(default)]
+    pub walk: String,
+    /// The steady-state window: from every bot joined plus `--warmup` to the end (None: the
+    /// run ended before it had two seconds).
+    #[serde(default)]
+    pub steady: Option<Steady>,
+    /// When the run started (the steady window's time base; not in the JSON).
+    #[serde(skip)]
+    pub started_at: Option<std::time::Instant>,
     /// Per-second series.
     pub series: Vec<SeriesPoint>,
     /// The server process over the run (from its `process_*` metrics), if `--metrics-url` was
@@ -252,6 +263,9 @@ pub struct ServerProcess {
     pub rss_peak_mib: f64,
     /// Scrapes that returned both metrics.
     pub samples: u64,
+    /// Each scrape: when, CPU seconds, RSS (MiB); for the steady window, not in the JSON.
+    #[serde(skip)]
+    pub timeline: Vec<(std::time::Instant, f64, f64)>,
 }
 
 /// Limits a run is judged against (all optional; the bots rule always applies).
@@ -395,6 +409,32 @@ pub struct WrittenFiles {
 }
 
 impl Report {
+    /// Adds the servers' side of the steady window from `servers`' scrape timelines.
+    pub fn apply_server_steady(&mut self) {
+        let (Some(start), Some(steady)) = (self.started_at, self.steady.as_mut()) else {
+            return;
+        };
+        let marks: Vec<Vec<ServerMark>> = self
+            .servers
+            .iter()
+            .map(|p| {
+                p.timeline
+                    .iter()
+                    .map(|&(at, cpu_s, rss_mib)| ServerMark {
+                        t_s: if at >= start {
+                            at.duration_since(start).as_secs_f64()
+                        } else {
+                            -start.duration_since(at).as_secs_f64()
+                        },
+                        cpu_s,
+                        rss_mib,
+                    })
+                    .collect()
+            })
+            .collect();
+        steady.add_servers(marks.iter().map(Vec::as_slice));
+    }
+
     /// Fills each room's `node`, `room_tick_p99_ms` and `room_bytes_per_client_per_s` from
     /// the nodes' admin views (`crate::server::room_views`, merged over the nodes).
     pub fn apply_room_views(
@@ -448,8 +488,17 @@ impl Report {
         let _ = writeln!(s, "# plaza-load report: {}\n", self.scenario);
         let _ = writeln!(
             s,
-            "{} bots requested over {} rooms against `{}` for {:.0} s (seed {}).\n",
-            self.bots_requested, self.rooms, self.gateway, self.duration_s, self.seed
+            "{} bots requested over {} rooms against `{}` for {:.0} s (seed {}, walk {}).\n",
+            self.bots_requested,
+            self.rooms,
+            self.gateway,
+            self.duration_s,
+            self.seed,
+            if self.walk.is_empty() {
+                "waypoint"
+            } else {
+                &self.walk
+            }
         );
         let _ = writeln!(s, "| | |\n|---|---|");
         let rows: Vec<(&str, String)> = vec![
@@ -610,6 +659,70 @@ impl Report {
                 );
             }
         }
+        let _ = writeln!(s, "\n## Steady state\n");
+        match &self.steady {
+            Some(st) => {
+                let _ = writeln!(
+                    s,
+                    "From {:.1} s to {:.1} s ({:.1} s; every bot joined at {:.1} s, {} bots, \
+                     plus {:.0} s warm-up), {:.1} bots connected on average.\n",
+                    st.from_s,
+                    st.to_s,
+                    st.window_s,
+                    st.all_joined_s,
+                    st.bots_joined,
+                    st.warmup_s,
+                    st.bots_avg
+                );
+                let _ = writeln!(s, "| steady | |\n|---|---|");
+                let opt = |v: Option<f64>, digits: usize| {
+                    v.map_or_else(|| "not scraped".into(), |v| format!("{v:.digits$}"))
+                };
+                let rows = [
+                    (
+                        "server CPU, ms per bot per s (cores)",
+                        format!(
+                            "{} ({})",
+                            opt(st.server_cpu_ms_per_bot_s, 3),
+                            opt(st.server_cpu_cores, 2)
+                        ),
+                    ),
+                    (
+                        "load tool CPU, ms per bot per s (cores)",
+                        format!("{:.3} ({:.2})", st.load_cpu_ms_per_bot_s, st.load_cpu_cores),
+                    ),
+                    (
+                        "down / up bytes per client per s",
+                        format!(
+                            "{:.0} / {:.0}",
+                            st.down_bytes_per_client_s, st.up_bytes_per_client_s
+                        ),
+                    ),
+                    (
+                        "server RSS start / end of window (MiB)",
+                        format!(
+                            "{} / {}",
+                            opt(st.server_rss_start_mib, 1),
+                            opt(st.server_rss_end_mib, 1)
+                        ),
+                    ),
+                    (
+                        "load tool RSS start / end of window (MiB)",
+                        format!("{:.1} / {:.1}", st.load_rss_start_mib, st.load_rss_end_mib),
+                    ),
+                ];
+                for (k, v) in rows {
+                    let _ = writeln!(s, "| {k} | {v} |");
+                }
+            }
+            None => {
+                let _ = writeln!(
+                    s,
+                    "None: the run ended before two seconds of the window (every bot joined, \
+                     plus the warm-up)."
+                );
+            }
+        }
         let _ = writeln!(
             s,
             "\n| latency (ms) | p50 | p99 | max | samples |\n|---|---|---|---|---|"
@@ -687,6 +800,21 @@ impl Report {
             "{tick}; load tool CPU {:.1} s, peak RSS {:.0} MiB",
             self.load_cpu_seconds, self.load_peak_rss_mib
         );
+        if let Some(st) = &self.steady {
+            let _ = writeln!(
+                s,
+                "steady {:.0}-{:.0} s ({:.1} bots): server {} ms/bot/s, load tool {:.3} ms/bot/s, \
+                 down {:.0} up {:.0} B/client/s",
+                st.from_s,
+                st.to_s,
+                st.bots_avg,
+                st.server_cpu_ms_per_bot_s
+                    .map_or_else(|| "-".into(), |v| format!("{v:.3}")),
+                st.load_cpu_ms_per_bot_s,
+                st.down_bytes_per_client_s,
+                st.up_bytes_per_client_s
+            );
+        }
         for p in &self.servers {
             let _ = writeln!(
                 s,
@@ -727,6 +855,7 @@ impl ServerProcess {
                 rss_end_mib: parts.iter().map(|p| p.rss_end_mib).sum(),
                 rss_peak_mib: parts.iter().map(|p| p.rss_peak_mib).sum(),
                 samples: parts.iter().map(|p| p.samples).min().unwrap_or(0),
+                timeline: Vec::new(),
             }),
         }
     }
@@ -879,6 +1008,78 @@ mod tests {
         let s = r.summary();
         assert!(s.contains("bots 9/10 connected"), "{s}");
         assert!(s.contains("server tick p99 1.500 ms"), "{s}");
+    }
+
+    #[test]
+    fn steady_window_reaches_json_markdown_and_summary() {
+        let mut r = sample_report();
+        assert!(r.to_markdown(&[]).contains("## Steady state\n\nNone:"));
+        let marks: Vec<crate::steady::Mark> = (1..=30u64)
+            .map(|t| crate::steady::Mark {
+                t_s: t as f64,
+                connected: 10,
+                ever_joined: 10,
+                cpu_s: 0.002 * t as f64,
+                down_bytes: 12_000 * t,
+                up_bytes: 3_000 * t,
+                rss_mib: 20.0,
+            })
+            .collect();
+        r.steady = crate::steady::load_window(&marks, 10.0);
+        let start = std::time::Instant::now();
+        r.started_at = Some(start);
+        let at = |s: f64| start + std::time::Duration::from_secs_f64(s);
+        r.servers.push(ServerProcess {
+            url: "http://x/metrics".into(),
+            // 0.0011 cores from 11 s on: 0.11 ms per bot per s over 10 bots.
+            timeline: (0..35)
+                .map(|i| {
+                    (
+                        at(f64::from(i) + 0.5),
+                        0.0011 * f64::from(i),
+                        50.0 + f64::from(i),
+                    )
+                })
+                .collect(),
+            ..ServerProcess::default()
+        });
+        r.apply_server_steady();
+        let st = r.steady.clone().unwrap();
+        assert_eq!((st.from_s, st.to_s), (11.0, 30.0));
+        assert!(
+            (st.server_cpu_ms_per_bot_s.unwrap() - 0.11).abs() < 1e-9,
+            "{st:?}"
+        );
+        assert!((st.load_cpu_ms_per_bot_s - 0.2).abs() < 1e-9);
+        assert!((st.down_bytes_per_client_s - 1_200.0).abs() < 1e-9);
+        assert_eq!(st.server_rss_start_mib, Some(61.0));
+        let v: serde_json::Value = serde_json::to_value(&r).unwrap();
+        for key in [
+            "server_cpu_ms_per_bot_s",
+            "load_cpu_ms_per_bot_s",
+            "down_bytes_per_client_s",
+            "up_bytes_per_client_s",
+            "window_s",
+            "server_rss_start_mib",
+            "server_rss_end_mib",
+        ] {
+            assert!(v["steady"].get(key).is_some(), "missing steady.{key}");
+        }
+        assert!(v["servers"][0].get("timeline").is_none());
+        let md = r.to_markdown(&[]);
+        assert!(
+            md.contains("| server CPU, ms per bot per s (cores) | 0.110 (0.00) |"),
+            "{md}"
+        );
+        assert!(
+            md.contains("| down / up bytes per client per s | 1200 / 300 |"),
+            "{md}"
+        );
+        let s = r.summary();
+        assert!(
+            s.contains("server 0.110 ms/bot/s, load tool 0.200 ms/bot/s"),
+            "{s}"
+        );
     }
 
     #[test]

@@ -41,6 +41,7 @@ pub async fn sample(
                 }
             }
             first.get_or_insert((now, cpu, rss_mib));
+            out.timeline.push((now.into_std(), cpu, rss_mib));
             last = Some((now, cpu, rss_mib));
             out.rss_peak_mib = out.rss_peak_mib.max(rss_mib);
             out.samples += 1;

@@ -16,7 +16,9 @@ impl Bot {
         match self.phase {
             Phase::Joined => {
                 self.walker.step(&self.spec.mix, now, &mut self.rng);
-                let changed = self.walker.changed_since(&self.last_sent);
+                // The jitter walk sends every input (the standard benchmark's 10 Hz).
+                let changed =
+                    self.walker.always_sends() || self.walker.changed_since(&self.last_sent);
                 if self.rate.poll(now, changed, self.first_move).should_send() {
                     self.send_movement(now);
                 }

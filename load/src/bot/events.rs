@@ -170,6 +170,27 @@ impl Bot {
     pub(super) fn on_joined(&mut self, info: &RoomInfo, now: Instant) {
         self.own_entity = Some(info.entity);
         self.own_moves = Some(self.room_moves.register(info.entity));
+        let desc = info.description.as_ref();
+        let limit = desc
+            .and_then(|d| d.limits.as_ref())
+            .map(|l| l.max_speed_mps);
+        let bounds = desc.and_then(|d| match (&d.bounds_min, &d.bounds_max) {
+            (Some(a), Some(b)) => Some(([a.x, a.z], [b.x, b.z])),
+            _ => None,
+        });
+        if !self.walker.adopt_room(limit, bounds)
+            && !self
+                .shared
+                .walk_world_warned
+                .swap(true, std::sync::atomic::Ordering::Relaxed)
+        {
+            tracing::warn!(
+                room = %info.room_id,
+                world = ?self.walker.jitter_world(),
+                "the room is smaller than the jitter walk's 200 m x 200 m world: walking in what \
+                 there is (a load room definition: load/rooms/open-200.toml)"
+            );
+        }
         self.walker.teleport(info.spawn);
         self.resync_pending = false;
         self.expect_keyframe = true;

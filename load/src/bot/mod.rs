@@ -214,7 +214,8 @@ impl Bot {
     pub(crate) fn new(shared: Arc<Shared>, spec: BotSpec) -> Self {
         let mut rng = SmallRng::seed_from_u64(spec.seed);
         let now = Instant::now();
-        let walker = Walker::new(
+        let walker = Walker::with_model(
+            shared.cfg.walk,
             &spec.mix,
             shared.cfg.scenario.room.half_extent_m,
             now,
