@@ -138,7 +138,7 @@ pub fn server_window(
         .iter()
         .filter(|s| s.t_s >= from_s - 1e-9 && s.t_s <= to_s + 1e-9);
     let a = inside.next()?;
-    let b = inside.last()?;
+    let b = inside.next_back()?;
     let dt = b.t_s - a.t_s;
     (dt > 0.0).then(|| (dt, (b.cpu_s - a.cpu_s).max(0.0), a.rss_mib, b.rss_mib))
 }
