@@ -273,13 +273,7 @@ impl Session {
         match msg {
             Message::Binary(b) => {
                 self.shared.metrics.bytes_in.inc_by(b.len() as u64);
-                if b.len() > self.shared.limits.max_frame_bytes {
-                    return self.core.on_bad_frame(Refusal::TooLarge);
-                }
-                match pb::ClientEnvelope::decode(b) {
-                    Ok(env) => self.core.on_client(env, Instant::now()),
-                    Err(_) => self.core.on_bad_frame(Refusal::BadFrame),
-                }
+                self.core.on_client_bytes(&b, Instant::now())
             }
             Message::Text(_) => self.core.on_bad_frame(Refusal::BadFrame),
             Message::Close(_) => self.core.on_client_closed(),
@@ -302,7 +296,7 @@ impl Session {
                         entity: a.entity_id,
                     },
                     Some(node_outbound::Body::Detach(d)) => NodeEvent::Detach {
-                        reason: detach_reason(d.reason),
+                        reason: DetachReason::from_wire(d.reason),
                         message: d.message,
                     },
                     // An empty message still shows the node is alive.
@@ -539,7 +533,7 @@ impl Session {
 /// prove the same identity ([`Purpose::Resume`]); presented without one, only a guest session
 /// (which has no credentials) is resumed. Either way the presented token is used up.
 async fn identify(shared: &Shared, neg: pb::Negotiate) -> Result<Identity, (Refusal, String)> {
-    let refuse = |e: AuthError| (e.refusal(), e.client_message());
+    let refuse = |e: AuthError| e.verdict();
     if !neg.resume_token.is_empty() {
         match shared.resume.take_shared(&neg.resume_token).await {
             Some(entry) => {
@@ -647,7 +641,7 @@ async fn attach_with_retries(
             Err(AttachFail::Detached(d)) => {
                 return (
                     AttachResult::Detached {
-                        reason: detach_reason(d.reason),
+                        reason: DetachReason::from_wire(d.reason),
                         message: d.message,
                     },
                     None,
@@ -801,17 +795,6 @@ fn tls_failure(status: &tonic::Status) -> Option<String> {
         cur = e.source();
     }
     None
-}
-
-fn detach_reason(code: i32) -> DetachReason {
-    match node::DetachReason::try_from(code).unwrap_or(node::DetachReason::Unspecified) {
-        node::DetachReason::RoomFull => DetachReason::RoomFull,
-        node::DetachReason::RoomStopped => DetachReason::RoomStopped,
-        node::DetachReason::Draining => DetachReason::Draining,
-        node::DetachReason::Rejected => DetachReason::Rejected,
-        node::DetachReason::Kicked => DetachReason::Kicked,
-        node::DetachReason::Unspecified | node::DetachReason::Internal => DetachReason::Other,
-    }
 }
 
 async fn next_attach(a: &mut Option<AttachFuture>) -> (AttachResult, Option<NodeLink>) {

@@ -31,6 +31,7 @@ use plaza_node_proto::FrameKind;
 use plaza_proto::pb::{self, client_envelope, server_envelope};
 use plaza_proto::room_id::valid_room_id;
 use plaza_proto::version;
+use prost::Message as _;
 use tokio::time::Instant;
 
 use crate::close::CloseCode;
@@ -139,6 +140,21 @@ pub enum DetachReason {
     Kicked,
     /// Anything else.
     Other,
+}
+
+impl DetachReason {
+    /// The node protocol's reason (its wire value) as the session reads it.
+    pub fn from_wire(code: i32) -> Self {
+        use plaza_node_proto::DetachReason as W;
+        match W::try_from(code).unwrap_or(W::Unspecified) {
+            W::RoomFull => Self::RoomFull,
+            W::RoomStopped => Self::RoomStopped,
+            W::Draining => Self::Draining,
+            W::Rejected => Self::Rejected,
+            W::Kicked => Self::Kicked,
+            W::Unspecified | W::Internal => Self::Other,
+        }
+    }
 }
 
 /// What the node sent on the session's stream.
@@ -433,7 +449,20 @@ impl SessionCore {
         out
     }
 
-    /// A frame the shell could not decode or that was too large, or a text frame.
+    /// A binary client message as it came off the socket: one encoded envelope, refused
+    /// ([`Refusal::TooLarge`]) over `Limits::max_frame_bytes` or ([`Refusal::BadFrame`]) when it
+    /// does not decode.
+    pub fn on_client_bytes(&mut self, bytes: &[u8], now: Instant) -> Vec<Effect> {
+        if bytes.len() > self.limits.max_frame_bytes {
+            return self.on_bad_frame(Refusal::TooLarge);
+        }
+        match pb::ClientEnvelope::decode(bytes) {
+            Ok(env) => self.on_client(env, now),
+            Err(_) => self.on_bad_frame(Refusal::BadFrame),
+        }
+    }
+
+    /// A frame the shell could not read (over the socket's own size cap), or a text frame.
     pub fn on_bad_frame(&mut self, refusal: Refusal) -> Vec<Effect> {
         let mut out = Vec::new();
         if self.phase != Phase::Closed {

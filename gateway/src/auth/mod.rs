@@ -123,6 +123,12 @@ impl AuthError {
     pub fn client_message(&self) -> String {
         format!("{}: {self}", self.refusal().name())
     }
+
+    /// The refusal and the message, as `SessionCore::on_identity` takes a failed
+    /// authentication.
+    pub fn verdict(&self) -> (crate::refusal::Refusal, String) {
+        (self.refusal(), self.client_message())
+    }
 }
 
 /// What a token is checked for.

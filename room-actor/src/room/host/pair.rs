@@ -7,10 +7,21 @@
 //! current outlet are read back into the core (the first `Ack` after an attach completes it, a
 //! `Detach` during an attach refuses it), and `Deliver` goes through the gateway's own bounded
 //! client queue (`OutQueue`), whose overflows the core counts.
+//!
+//! What the client sends goes in as the bytes of a WebSocket message
+//! (`SessionCore::on_client_bytes`, as the shell reads them); the authenticator's verdict, the
+//! edge's per-address session slot (the gateway's real `Edge`) and the node's answer to an
+//! attach are the pair's to set, so every refusal of the gateway's table is driven from its
+//! real input (`refusals`).
 
+mod refusals;
+
+use plaza_gateway::auth::AuthError;
 use plaza_gateway::close::CloseCode;
+use plaza_gateway::edge::Conn;
 use plaza_gateway::limits::Limits;
 use plaza_gateway::queue::{OutItem, OutQueue, Pushed};
+use plaza_gateway::refusal::Refusal;
 use plaza_gateway::session_core::{
     self as sc, AttachCause, AttachResult, Effect, Identity, NodeEvent, SessionCore,
 };
@@ -46,14 +57,41 @@ struct Pair {
     /// What the client was told about its room.
     statuses: Vec<sc::RoomStatus>,
     seq: u32,
+    /// The authenticator's verdict on the negotiate (`None`: accepted).
+    verdict: Option<AuthError>,
+    /// Whether the identity has the operator role.
+    operator: bool,
+    /// The connection's slot at the gateway's edge (`None`: no per-address limit in play).
+    conn: Option<Conn>,
+    /// How the node answers an attach.
+    node: NodeAnswer,
+}
+
+/// How the node answers the pair's attaches.
+#[derive(Clone, Debug, PartialEq)]
+enum NodeAnswer {
+    /// The room host takes it.
+    Host,
+    /// The node refuses the request's arguments (gRPC `InvalidArgument`) with this message.
+    RefusesArguments(String),
+    /// No node answers: the shell's retries give up.
+    Down,
 }
 
 impl Pair {
+    /// Negotiated (protocol and identity) and in no room.
     fn new(sim: Sim) -> Self {
+        let mut p = Self::open(sim);
+        p.negotiate(version::SUPPORTED.to_vec());
+        p
+    }
+
+    /// A connection that has sent nothing yet.
+    fn open(sim: Sim) -> Self {
         let t0 = Instant::now();
         let limits = Limits::default();
         let client_q = OutQueue::new(limits.outbound_queue);
-        let mut p = Self {
+        Self {
             sim,
             core: SessionCore::new(limits, t0),
             t0,
@@ -66,34 +104,47 @@ impl Pair {
             closed: None,
             statuses: Vec::new(),
             seq: 0,
-        };
-        let fx = p.core.on_client(
-            pb::ClientEnvelope {
-                body: Some(client_envelope::Body::Negotiate(pb::Negotiate {
-                    versions: version::SUPPORTED.to_vec(),
-                    ..Default::default()
-                })),
+            verdict: None,
+            operator: false,
+            conn: None,
+            node: NodeAnswer::Host,
+        }
+    }
+
+    /// The client's first message: `negotiate` offering `versions`.
+    fn negotiate(&mut self, versions: Vec<pb::ProtocolVersion>) {
+        self.client_env(pb::ClientEnvelope {
+            body: Some(client_envelope::Body::Negotiate(pb::Negotiate {
+                versions,
                 ..Default::default()
-            },
-            t0,
-        );
-        p.apply(fx);
-        p
+            })),
+            ..Default::default()
+        });
     }
 
     fn now(&self) -> Instant {
         self.t0 + self.sim.clock.now()
     }
 
+    /// The negotiated client sends `body` (its session id, its next sequence number).
     fn client_sends(&mut self, body: client_envelope::Body) {
         self.seq += 1;
-        let env = pb::ClientEnvelope {
+        self.client_env(pb::ClientEnvelope {
             session_id: SID,
             sequence: self.seq,
             sent_at_ms: 0,
             body: Some(body),
-        };
-        let fx = self.core.on_client(env, self.now());
+        });
+    }
+
+    /// The client sends `env`, encoded as its binary WebSocket message.
+    fn client_env(&mut self, env: pb::ClientEnvelope) {
+        self.client_bytes(&env.encode_to_vec());
+    }
+
+    /// A binary WebSocket message from the client, read as the gateway's shell reads it.
+    fn client_bytes(&mut self, bytes: &[u8]) {
+        let fx = self.core.on_client_bytes(bytes, self.now());
         self.apply(fx);
         self.pump();
     }
@@ -104,16 +155,35 @@ impl Pair {
             let now = self.now();
             match e {
                 Effect::Authenticate(_) => {
-                    let ident = Identity {
-                        session_id: SID,
-                        wallet: WALLET.into(),
-                        operator: false,
-                        resume_token: "tok".into(),
-                        room: None,
+                    // As the shell: the authenticator's verdict, then the edge's session slot.
+                    let ident = match self.verdict.take() {
+                        Some(e) => Err(e.verdict()),
+                        None => match self.conn.as_ref().map_or(Ok(()), Conn::negotiated) {
+                            Ok(()) => Ok(Identity {
+                                session_id: SID,
+                                wallet: WALLET.into(),
+                                operator: self.operator,
+                                resume_token: "tok".into(),
+                                room: None,
+                            }),
+                            Err(_) => Err((Refusal::TooManySessions, String::new())),
+                        },
                     };
-                    let fx = self.core.on_identity(Ok(ident), now);
+                    let fx = self.core.on_identity(ident, now);
                     self.apply(fx);
                 }
+                Effect::Pong { client_time_ms } => self.queue_to_client(
+                    pb::ServerEnvelope {
+                        body: Some(server_envelope::Body::Pong(pb::Pong {
+                            client_time_ms,
+                            server_time_ms: 0,
+                        })),
+                        ..Default::default()
+                    }
+                    .encode_to_vec()
+                    .into(),
+                    FrameKind::Control,
+                ),
                 Effect::Send(body) => self.queue_to_client(
                     pb::ServerEnvelope {
                         body: Some(body),
@@ -130,6 +200,16 @@ impl Pair {
                 }
                 Effect::KeyframeNeeded => self.sim.host.on_keyframe_needed(SID),
                 Effect::Attach { entity, .. } => {
+                    let refused = match &self.node {
+                        NodeAnswer::Host => None,
+                        NodeAnswer::RefusesArguments(m) => Some(AttachResult::Invalid(m.clone())),
+                        NodeAnswer::Down => Some(AttachResult::GaveUp),
+                    };
+                    if let Some(result) = refused {
+                        let fx = self.core.on_attach_result(result, now);
+                        self.apply(fx);
+                        continue;
+                    }
                     self.link_id += 1;
                     self.node_q = Queue::new(1024);
                     self.attaching = true;
@@ -139,7 +219,7 @@ impl Pair {
                         tx: Box::new(self.node_q.clone()),
                         entity,
                         link_id: self.link_id,
-                        operator: false,
+                        operator: self.core.is_operator(),
                     });
                     self.sim.writes.extend(self.sim.host.take_writes());
                 }
@@ -189,7 +269,7 @@ impl Pair {
                         now,
                     ),
                     Some(node_outbound::Body::Detach(d)) => {
-                        let reason = detach_reason(d.reason);
+                        let reason = sc::DetachReason::from_wire(d.reason);
                         if std::mem::take(&mut self.attaching) {
                             self.core.on_attach_result(
                                 AttachResult::Detached {
@@ -236,6 +316,14 @@ impl Pair {
         None
     }
 
+    /// `ms` of simulated time for a session in no room: [`Pair::run`] whether or not the host's
+    /// room (empty) asked to stop.
+    fn wait(&mut self, ms: u64) {
+        for _ in 0..ms / 10 {
+            let _ = self.run(10);
+        }
+    }
+
     fn read_client(&mut self) {
         if self.client_q.is_empty() {
             return;
@@ -267,6 +355,14 @@ impl Pair {
             .collect()
     }
 
+    /// The last error the client read.
+    fn last_error(&self) -> Option<&pb::Error> {
+        self.client.iter().rev().find_map(|e| match &e.body {
+            Some(server_envelope::Body::Error(x)) => Some(x),
+            _ => None,
+        })
+    }
+
     fn errors(&self) -> Vec<i32> {
         self.client
             .iter()
@@ -286,17 +382,6 @@ impl Pair {
         let e = self.sim.host.room.entity_of(SID).expect("a member");
         assert_eq!(self.joined(), vec![e]);
         e
-    }
-}
-
-fn detach_reason(code: i32) -> sc::DetachReason {
-    match node::DetachReason::try_from(code).unwrap_or(node::DetachReason::Unspecified) {
-        node::DetachReason::RoomFull => sc::DetachReason::RoomFull,
-        node::DetachReason::RoomStopped => sc::DetachReason::RoomStopped,
-        node::DetachReason::Draining => sc::DetachReason::Draining,
-        node::DetachReason::Rejected => sc::DetachReason::Rejected,
-        node::DetachReason::Kicked => sc::DetachReason::Kicked,
-        node::DetachReason::Unspecified | node::DetachReason::Internal => sc::DetachReason::Other,
     }
 }
 
@@ -444,8 +529,8 @@ fn an_unconfirmed_lease_withholds_frames_then_the_room_gives_up() {
     assert_eq!(p.run(31_000), Some("lease lapsed"));
 }
 
-#[test]
-fn a_full_room_refuses_the_join_and_the_gateway_closes_room_full() {
+/// A join to a room that admits no one, and the wakes that answer it.
+fn join_a_full_room() -> Pair {
     let room = Room::new(
         "r",
         plaza_room_core::RoomConfig {
@@ -462,6 +547,12 @@ fn a_full_room_refuses_the_join_and_the_gateway_closes_room_full() {
         room_id: "r".into(),
     }));
     p.run(100);
+    p
+}
+
+#[test]
+fn a_full_room_refuses_the_join_and_the_gateway_closes_room_full() {
+    let p = join_a_full_room();
     assert_eq!(p.errors(), vec![pb::ErrorCode::RoomFull as i32]);
     assert!(p.sim.host.links.is_empty());
     assert_eq!(p.closed, Some(CloseCode::RoomFull));
