@@ -78,6 +78,18 @@ impl PoseRecorder {
         }
     }
 
+    /// One step of `room`: the poses of `sessions`' avatars.
+    pub fn room_step(
+        &mut self,
+        room_id: &str,
+        room: &plaza_room_core::Room,
+        now_ms: u64,
+        sessions: &mut dyn Iterator<Item = plaza_room_core::SessionId>,
+    ) {
+        let poses = sessions.filter_map(|s| Some((room.entity_of(s)?, room.pose_of(s)?)));
+        self.step(room_id, room.tick(), now_ms, poses);
+    }
+
     /// Writes what is buffered.
     pub fn flush(&mut self) {
         if !self.buf.is_empty() {

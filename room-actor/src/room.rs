@@ -26,7 +26,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use plaza_directory::SharedDirectory;
-use plaza_room_core::{Due, Room, SessionId};
+use plaza_room_core::{Due, Room};
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
@@ -34,7 +34,7 @@ use tokio::time::Instant;
 use tracing::Instrument as _;
 
 use crate::EventLog;
-use host::{Attach, AuditRecord, Batch, HostArgs, PresenceOp, RoomHost};
+use host::{Attach, Batch, PresenceOp, RoomHost};
 
 pub mod activation;
 pub mod admin;
@@ -46,7 +46,6 @@ mod writer;
 
 pub use activation::Activation;
 pub use args::{DEFAULT_CHECKPOINT_INTERVAL, RoomActorConfig, RoomArgs, RoomMsg};
-use io::ShellClock;
 pub(crate) use io::detach_message;
 pub use io::unix_ms;
 
@@ -101,40 +100,25 @@ impl Actor for RoomActor {
             events: args.events.clone(),
         });
         args.metrics.rooms.inc();
-        let mut room = Room::new(args.room_id.clone(), args.cfg.room.clone());
-        room.set_max_catch_up(args.cfg.max_catch_up);
-        let (awaited, last_audit_seq) = match &args.handoff {
-            Some((writer, bytes)) => {
-                restore::restore_handoff(&mut room, &args, *writer, bytes, started).await
-            }
-            None => (Default::default(), 0),
-        };
         // A root span: a long-lived child would keep the span that spawned the room (a join's
         // attach span) open, and its trace would never be exported.
         let span =
             tracing::info_span!(parent: None, "room", room = %args.room_id, epoch = %args.epoch);
-        let host = RoomHost::new(HostArgs {
-            room,
-            room_id: args.room_id,
-            lease_ttl: args.lease.ttl(),
-            cfg: args.cfg,
-            metrics: args.metrics,
-            node_id: args.node_id,
-            epoch: args.epoch,
-            lease: args.activation.clone(),
-            clock: Arc::new(ShellClock { started }),
-            awaited,
-            last_audit_seq,
-        });
+        let (directory, activation, events) = (
+            args.directory.clone(),
+            args.activation.clone(),
+            args.events.clone(),
+        );
+        let host = restore::new_host(args, started).await;
         Ok(RoomState {
             host,
             span,
             ticker,
             presence,
             writer: Some(writer),
-            directory: args.directory,
-            activation: args.activation,
-            events: args.events,
+            directory,
+            activation,
+            events,
             last_logged_broadcast: None,
             poses: crate::record::PoseRecorder::from_env(),
         })
@@ -250,17 +234,11 @@ impl RoomState {
     async fn tick(&mut self, due: Due) -> Result<(), ActorProcessingErr> {
         let t0 = std::time::Instant::now();
         let (poses, room_id) = (&mut self.poses, &self.host.room_id.clone());
-        let mut on_step =
-            |room: &Room, now_ms: u64, sessions: &mut dyn Iterator<Item = SessionId>| {
-                if let Some(rec) = poses.as_mut() {
-                    rec.step(
-                        room_id,
-                        room.tick(),
-                        now_ms,
-                        sessions.filter_map(|s| Some((room.entity_of(s)?, room.pose_of(s)?))),
-                    );
-                }
-            };
+        let mut on_step = |room: &Room, now_ms: u64, sessions: &mut dyn Iterator<Item = _>| {
+            if let Some(rec) = poses.as_mut() {
+                rec.room_step(room_id, room, now_ms, sessions);
+            }
+        };
         let batch = self.host.tick(due, &mut on_step);
         if let Some(rec) = self.poses.as_mut() {
             rec.flush();
@@ -281,43 +259,10 @@ impl RoomState {
             if audits.is_empty() {
                 break;
             }
-            self.append_audits(audits).await?;
+            io::append_audits(&self.directory, &self.activation, &mut self.host, audits).await?;
         }
         if let Some(checked_ms) = self.host.finish(batch) {
             self.log_broadcast(checked_ms);
-        }
-        Ok(())
-    }
-
-    /// Appends audit records to the directory in order, fenced by this activation's epoch.
-    async fn append_audits(&mut self, audits: Vec<AuditRecord>) -> Result<(), ActorProcessingErr> {
-        let room_id = self.host.room_id.clone();
-        for a in audits {
-            let append = self.directory.audit_append(
-                &room_id,
-                self.activation.epoch(),
-                &a.kind,
-                &a.detail_json,
-                a.at_ms,
-            );
-            let metrics = &self.host.metrics;
-            match tokio::time::timeout(Duration::from_secs(2), append).await {
-                Ok(Ok(seq)) => {
-                    tracing::debug!(room = %room_id, local_seq = a.local_seq, seq, kind = a.kind, "audit appended");
-                    metrics.audit_appended.inc();
-                    self.host.audit_appended(seq);
-                }
-                Ok(Err(e)) => {
-                    metrics.directory_error(e.code());
-                    tracing::error!(room = %room_id, error = %e, "audit append failed; stopping the room");
-                    return Err(format!("audit append failed: {e}").into());
-                }
-                Err(_) => {
-                    metrics.directory_error("timeout");
-                    tracing::error!(room = %room_id, "audit append timed out; stopping the room");
-                    return Err("audit append timed out".into());
-                }
-            }
         }
         Ok(())
     }

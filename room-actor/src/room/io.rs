@@ -1,16 +1,17 @@
 //! The room actor's I/O adapters for its host: the session channel as an outlet, tokio's clock,
-//! the ticker, the wall clock and the `Detach` message.
+//! the ticker, the wall clock, the `Detach` message and the audit appends.
 
 use std::time::Duration;
 
 use plaza_node_proto::{self as node, NodeOutbound, node_outbound};
-use ractor::ActorRef;
+use plaza_directory::SharedDirectory;
+use ractor::{ActorProcessingErr, ActorRef};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use super::RoomMsg;
-use super::host::{self, Refused};
+use super::host::{self, AuditRecord, Refused, RoomHost};
+use super::{Activation, RoomMsg};
 
 /// A link's outlet in the shell: the bounded channel to the session's gRPC stream.
 impl host::Outlet for mpsc::Sender<NodeOutbound> {
@@ -84,4 +85,43 @@ pub fn unix_ms() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// Appends `audits` to the directory in order, fenced by the activation's epoch; each append
+/// bounded by 2 s. An append that fails or times out stops the room (its error).
+pub(super) async fn append_audits(
+    directory: &SharedDirectory,
+    activation: &Activation,
+    host: &mut RoomHost,
+    audits: Vec<AuditRecord>,
+) -> Result<(), ActorProcessingErr> {
+    let room_id = host.room_id.clone();
+    for a in audits {
+        let append = directory.audit_append(
+            &room_id,
+            activation.epoch(),
+            &a.kind,
+            &a.detail_json,
+            a.at_ms,
+        );
+        let metrics = &host.metrics;
+        match tokio::time::timeout(Duration::from_secs(2), append).await {
+            Ok(Ok(seq)) => {
+                tracing::debug!(room = %room_id, local_seq = a.local_seq, seq, kind = a.kind, "audit appended");
+                metrics.audit_appended.inc();
+                host.audit_appended(seq);
+            }
+            Ok(Err(e)) => {
+                metrics.directory_error(e.code());
+                tracing::error!(room = %room_id, error = %e, "audit append failed; stopping the room");
+                return Err(format!("audit append failed: {e}").into());
+            }
+            Err(_) => {
+                metrics.directory_error("timeout");
+                tracing::error!(room = %room_id, "audit append timed out; stopping the room");
+                return Err("audit append timed out".into());
+            }
+        }
+    }
+    Ok(())
 }

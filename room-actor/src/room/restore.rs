@@ -8,8 +8,33 @@ use plaza_directory::Epoch;
 use plaza_room_core::{Room, SessionId};
 use tokio::time::Instant;
 
-use super::host::Awaited;
+use super::host::{Awaited, HostArgs, RoomHost};
+use super::io::ShellClock;
 use super::{RoomArgs, unix_ms};
+
+/// The host of a new activation: its room (restored from `args.handoff` if any) on the shell's
+/// clock from `started`.
+pub(super) async fn new_host(args: RoomArgs, started: Instant) -> RoomHost {
+    let mut room = Room::new(args.room_id.clone(), args.cfg.room.clone());
+    room.set_max_catch_up(args.cfg.max_catch_up);
+    let (awaited, last_audit_seq) = match &args.handoff {
+        Some((writer, bytes)) => restore_handoff(&mut room, &args, *writer, bytes, started).await,
+        None => (Default::default(), 0),
+    };
+    RoomHost::new(HostArgs {
+        room,
+        room_id: args.room_id,
+        lease_ttl: args.lease.ttl(),
+        cfg: args.cfg,
+        metrics: args.metrics,
+        node_id: args.node_id,
+        epoch: args.epoch,
+        lease: args.activation,
+        clock: std::sync::Arc::new(ShellClock { started }),
+        awaited,
+        last_audit_seq,
+    })
+}
 
 /// Restores the room from a handoff state written by the activation of epoch `writer`;
 /// returns the handed-off members to wait for and the audit sequence number the room's log
