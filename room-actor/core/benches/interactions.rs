@@ -2,9 +2,14 @@
 //! a few members grab, place or throw props, ask for and answer consent, emote and send scene
 //! actions; plus the cost of one broadcast (props included in every frame).
 //!
+//! The room runs the production schedule: the shell's wakes (every 20 ms step and every 50 ms
+//! broadcast, each on its own grid) through `Room::advance_with`; a step is timed up to its
+//! `on_step` call, a broadcast from there to the end of the wake.
+//!
 //! Run: `cargo bench -p plaza-room-core --bench interactions`.
 
 use std::hint::black_box;
+use std::time::{Duration, Instant};
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use plaza_proto::quant::Pose;
@@ -12,7 +17,7 @@ use plaza_room_core::consent::ConsentOp;
 use plaza_room_core::emotes::EmoteRequest;
 use plaza_room_core::interactions::{InteractionKind, InteractionRequest};
 use plaza_room_core::scene::SceneOp;
-use plaza_room_core::{Input, MoveInput, Outbound, Room, RoomConfig};
+use plaza_room_core::{Due, Input, MoveInput, Outbound, Room, RoomConfig};
 
 /// A room with `n` members near the plaza's crates, each placed.
 fn busy_room(n: u64) -> (Room, Vec<[f32; 3]>, u64) {
@@ -24,7 +29,7 @@ fn busy_room(n: u64) -> (Room, Vec<[f32; 3]>, u64) {
         room.join(s);
     }
     let mut out = Vec::new();
-    room.step(20, &mut out);
+    room.advance(Duration::from_millis(20), &mut out);
     let mut spawn = vec![[0.0; 3]; n as usize + 1];
     for o in &out {
         if let Outbound::Joined {
@@ -45,8 +50,45 @@ fn busy_room(n: u64) -> (Room, Vec<[f32; 3]>, u64) {
         );
     }
     out.clear();
-    room.step(40, &mut out);
+    room.advance(Duration::from_millis(40), &mut out);
     (room, spawn, 2)
+}
+
+/// Where the shell's wakes stand: steps and broadcasts run.
+struct Wakes {
+    steps: u64,
+    broadcasts: u64,
+}
+
+impl Wakes {
+    /// The next wake, this step's traffic first when a step is due; the time of the step and of
+    /// the broadcast it ran, if any.
+    fn next(
+        &mut self,
+        room: &mut Room,
+        spawn: &[[f32; 3]],
+        n: u64,
+        out: &mut Vec<Outbound>,
+    ) -> (Option<Duration>, Option<Duration>) {
+        let (next_step, next_bcast) = ((self.steps + 1) * 20, (self.broadcasts + 1) * 50);
+        let now = next_step.min(next_bcast);
+        if next_step == now {
+            traffic(room, spawn, n, self.steps + 1);
+        }
+        out.clear();
+        let t0 = Instant::now();
+        let mut stepped = None;
+        let r = room.advance_with(Duration::from_millis(now), Due::Scheduled, out, |_, _| {
+            stepped = Some(Instant::now())
+        });
+        let end = Instant::now();
+        black_box(out.len());
+        self.steps += r.steps;
+        self.broadcasts += u64::from(r.broadcast);
+        let step = stepped.map(|t| t - t0);
+        let bcast = r.broadcast.then(|| end - stepped.unwrap_or(t0));
+        (step, bcast)
+    }
 }
 
 fn traffic(room: &mut Room, spawn: &[[f32; 3]], n: u64, t: u64) {
@@ -132,23 +174,29 @@ fn traffic(room: &mut Room, spawn: &[[f32; 3]], n: u64, t: u64) {
 
 fn bench(c: &mut Criterion) {
     for n in [30u64, 256] {
-        let (mut room, spawn, mut t) = busy_room(n);
+        let (mut room, spawn, steps) = busy_room(n);
+        let mut wakes = Wakes {
+            steps,
+            broadcasts: 0,
+        };
         let mut out = Vec::new();
+        // Each measures its own part of the wakes it runs until `iters` of them are timed.
+        let mut timed = |iters: u64, broadcast: bool| {
+            let (mut total, mut k) = (Duration::ZERO, 0);
+            while k < iters {
+                let (step, bcast) = wakes.next(&mut room, &spawn, n, &mut out);
+                if let Some(d) = if broadcast { bcast } else { step } {
+                    total += d;
+                    k += 1;
+                }
+            }
+            total
+        };
         c.bench_function(&format!("simulate_with_interactions_{n}_members"), |b| {
-            b.iter(|| {
-                t += 1;
-                traffic(&mut room, &spawn, n, t);
-                out.clear();
-                room.simulate(t * 20, &mut out);
-                black_box(out.len())
-            })
+            b.iter_custom(|iters| timed(iters, false))
         });
         c.bench_function(&format!("broadcast_with_props_{n}_members"), |b| {
-            b.iter(|| {
-                out.clear();
-                room.broadcast(&mut out);
-                black_box(out.len())
-            })
+            b.iter_custom(|iters| timed(iters, true))
         });
     }
 }

@@ -26,7 +26,9 @@ use std::time::{Duration, Instant};
 use criterion::{BenchmarkId, Criterion, Throughput};
 use plaza_proto::quant::Pose;
 use plaza_room_core::interest::{DEFAULT_TIER_BANDS_M, InterestIndex, InterestSet};
-use plaza_room_core::{CapacityTier, Input, MoveInput, Outbound, Room, RoomConfig, SessionId};
+use plaza_room_core::{
+    CapacityTier, Due, Input, MoveInput, Outbound, Room, RoomConfig, SessionId,
+};
 
 /// Simulation steps per second (the room default).
 const TICK_HZ: u64 = 50;
@@ -126,7 +128,7 @@ impl Sim {
             room.join(w.session);
         }
         let mut out = Vec::new();
-        room.simulate(TICK_MS, &mut out);
+        room.advance(Duration::from_millis(TICK_MS), &mut out);
         let mut joined = 0;
         for o in &out {
             if let Outbound::Joined { session, spawn, .. } = o {
@@ -205,37 +207,47 @@ impl Sim {
         }
     }
 
-    /// One wake of the room, scheduled as the room actor's shell (`plaza-room-actor`) does it:
-    /// the room wakes at every simulation step (every 20 ms) and every broadcast (every 50 ms,
-    /// on its own evenly spaced grid), runs the step that is due (inputs, then `simulate`) and
-    /// then the broadcast that is due. Returns the time of `simulate` (zero when no step was
-    /// due) and of `broadcast` (zero when none was due).
+    /// One wake of the room as the room actor's shell schedules it: the shell wakes the room at
+    /// every simulation step (every 20 ms) and every broadcast (every 50 ms, on its own evenly
+    /// spaced grid) and calls `Room::advance_with` (the production schedule), which runs the
+    /// step that is due (after this wake's inputs) and then the broadcast that is due. Returns
+    /// the time of the step (zero when none was due; measured to `on_step`) and of the
+    /// broadcast after it (zero when none was due).
     fn tick(&mut self) -> (Duration, Duration) {
         let cfg = self.room.config();
         let (step_ms, bcast_ms) = (
-            1000.0 / f64::from(cfg.tick_hz),
-            1000.0 / f64::from(cfg.broadcast_hz.min(cfg.tick_hz)),
+            1000 / u64::from(cfg.tick_hz),
+            1000 / u64::from(cfg.broadcast_hz.min(cfg.tick_hz)),
         );
-        let next_step = (self.tick + 1) as f64 * step_ms;
-        let next_bcast = (self.broadcasts + 1) as f64 * bcast_ms;
+        let next_step = (self.tick + 1) * step_ms;
+        let next_bcast = (self.broadcasts + 1) * bcast_ms;
         let now = next_step.min(next_bcast);
         self.out.clear();
-        let mut sim = Duration::ZERO;
-        if next_step <= now {
+        let step_due = next_step <= now;
+        if step_due {
             self.tick += 1;
-            let now_ms = self.tick * TICK_MS;
-            self.inputs(now_ms);
-            let t0 = Instant::now();
-            self.room.simulate(now_ms, &mut self.out);
-            sim = t0.elapsed();
+            self.inputs(self.tick * TICK_MS);
         }
+        let t0 = Instant::now();
+        let mut stepped = None;
+        let r = self.room.advance_with(
+            Duration::from_millis(now),
+            Due::Scheduled,
+            &mut self.out,
+            |_, _| stepped = Some(Instant::now()),
+        );
+        let end = Instant::now();
+        let sim = stepped.map_or(Duration::ZERO, |t| t - t0);
         let mut bcast = Duration::ZERO;
-        if next_bcast <= now {
+        if r.broadcast {
             self.broadcasts += 1;
-            let t1 = Instant::now();
-            self.room.broadcast(&mut self.out);
-            bcast = t1.elapsed();
+            bcast = end - stepped.unwrap_or(t0);
         }
+        assert_eq!(
+            (r.steps, r.broadcast),
+            (u64::from(step_due), next_bcast <= now),
+            "the wake runs what the shell's grids say is due"
+        );
         self.absorb();
         (sim, bcast)
     }

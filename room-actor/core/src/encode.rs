@@ -18,7 +18,7 @@ impl Room {
     /// first.
     ///
     /// Performance: runs every broadcast.
-    pub fn broadcast(&mut self, out: &mut Vec<Outbound>) {
+    pub(crate) fn broadcast(&mut self, out: &mut Vec<Outbound>) {
         self.build_arena();
         let avatars = self.avatars();
         self.index = InterestIndex::build(

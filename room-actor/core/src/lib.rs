@@ -151,7 +151,7 @@ pub struct Room {
     id: String,
     cfg: RoomConfig,
     tick: u64,
-    /// Broadcast accumulator of [`Room::step`]: grows by `broadcast_hz` per tick, a broadcast
+    /// Broadcast accumulator of `Room::step` (tests only): grows by `broadcast_hz` per tick, a broadcast
     /// is due at `tick_hz`.
     broadcast_acc: u32,
     /// Where [`Room::advance`] stands on the step and broadcast grids.

@@ -58,8 +58,10 @@ fn op() -> impl Strategy<Value = Op> {
         3 => (s.clone(), 1..=SESSIONS + 1, 0..KINDS.len()).prop_map(|(a, b, k)| Op::Request(a, b, k)),
         2 => (s, 1..=8u64, cop.clone()).prop_map(|(a, id, op)| Op::Answer(Some(a), id, op)),
         6 => (1..=6u64, cop).prop_map(|(id, op)| Op::Answer(None, id, op)),
-        3 => (20..100u64).prop_map(Op::Step),
-        1 => (500..2_500u64).prop_map(Op::Step),
+        // A wake of the shell 20 to 80 ms, or 0.5 to 2.5 s, after the last one (on the 20 ms
+        // step grid).
+        3 => (1..5u64).prop_map(|k| Op::Step(k * 20)),
+        1 => (25..125u64).prop_map(|k| Op::Step(k * 20)),
     ]
 }
 
@@ -433,8 +435,13 @@ proptest! {
 
     #[test]
     fn ownership_and_consent_follow_the_model(ops in proptest::collection::vec(op(), 1..120)) {
+        // The production schedule (`Room::advance`), catching up one step a wake: each `Step`
+        // is one late wake that runs one step at its grid time (the rest are skipped), which is
+        // what the model steps.
         let mut room = Room::new("r", config());
         let mut twin = Room::new("r", config());
+        room.set_max_catch_up(1);
+        twin.set_max_catch_up(1);
         let mut model = Model::default();
         let mut now = 0u64;
         let mut next_audit = 1u64;
@@ -470,9 +477,11 @@ proptest! {
                 Op::Step(dt) => {
                     now += dt;
                     let mut out = Vec::new();
-                    room.step(now, &mut out);
+                    let ran = room.advance(crate::test_support::ms(now), &mut out);
                     let mut twin_out = Vec::new();
-                    twin.step(now, &mut twin_out);
+                    let twin_ran = twin.advance(crate::test_support::ms(now), &mut twin_out);
+                    prop_assert_eq!(ran.steps, 1, "one step a wake");
+                    prop_assert_eq!(ran, twin_ran);
                     prop_assert_eq!(&out, &twin_out, "same calls, same outputs");
                     model.step(now);
                     for o in &out {

@@ -11,9 +11,10 @@
 //! where `base` is 0 for a fresh room and the restored state's time for a restored one, so room
 //! time never goes back across a handoff.
 //!
-//! [`Room::step`] is a thin helper for tests that want exactly one step at a time of their
-//! choosing; it broadcasts every `tick_hz / broadcast_hz` steps on average (on the step grid),
-//! which is what [`Room::advance`] does when it is called at the step grid's times.
+//! [`Room::advance`] is the only way in: the shell, the benches and the proptests call it. The
+//! crate's unit tests also have `Room::step` (compiled for them only), one step at a time of the
+//! test's choosing; it broadcasts every `tick_hz / broadcast_hz` steps on average (on the step
+//! grid), which is what [`Room::advance`] does when it is called at the step grid's times.
 
 use std::time::Duration;
 
@@ -162,7 +163,8 @@ impl Room {
     /// so a test may mix the two when it steps at the step grid's times.
     ///
     /// Performance: runs every tick.
-    pub fn step(&mut self, now_ms: u64, out: &mut Vec<Outbound>) {
+    #[cfg(test)]
+    pub(crate) fn step(&mut self, now_ms: u64, out: &mut Vec<Outbound>) {
         self.schedule.steps += 1;
         self.simulate(now_ms, out);
         self.broadcast_acc += self.cfg.broadcast_hz.min(self.cfg.tick_hz);
@@ -174,11 +176,11 @@ impl Room {
     }
 
     /// Run one simulation step at `now_ms` without broadcasting: the step half of
-    /// [`Room::advance`], public for benchmarks that time the step and the broadcast apart.
-    /// Anything else calls [`Room::advance`] (or [`Room::step`] in tests).
+    /// [`Room::advance`] (benchmarks that time the step and the broadcast apart do it with
+    /// [`Room::advance_with`]'s `on_step`).
     ///
     /// Performance: runs every tick.
-    pub fn simulate(&mut self, now_ms: u64, out: &mut Vec<Outbound>) {
+    pub(crate) fn simulate(&mut self, now_ms: u64, out: &mut Vec<Outbound>) {
         self.now_ms = now_ms;
         self.tick += 1;
         self.stats.ticks += 1;
