@@ -26,9 +26,7 @@ use std::time::{Duration, Instant};
 use criterion::{BenchmarkId, Criterion, Throughput};
 use plaza_proto::quant::Pose;
 use plaza_room_core::interest::{DEFAULT_TIER_BANDS_M, InterestIndex, InterestSet};
-use plaza_room_core::{
-    CapacityTier, Due, Input, MoveInput, Outbound, Room, RoomConfig, SessionId,
-};
+use plaza_room_core::{CapacityTier, Due, Input, MoveInput, Outbound, Room, RoomConfig, SessionId};
 
 /// Simulation steps per second (the room default).
 const TICK_HZ: u64 = 50;

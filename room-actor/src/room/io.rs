@@ -3,8 +3,8 @@
 
 use std::time::Duration;
 
-use plaza_node_proto::{self as node, NodeOutbound, node_outbound};
 use plaza_directory::SharedDirectory;
+use plaza_node_proto::{self as node, NodeOutbound, node_outbound};
 use ractor::{ActorProcessingErr, ActorRef};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;

@@ -272,11 +272,7 @@ fn every_refusal_reaches_the_client_with_its_close_code_error_code_and_retryable
             .clone();
         assert_eq!(pb::ErrorCode::try_from(e.code), Ok(r.code()), "{r:?}");
         assert_eq!(e.retryable, r.retryable(), "{r:?}");
-        assert_eq!(
-            e.message,
-            detail.as_deref().unwrap_or(r.message()),
-            "{r:?}"
-        );
+        assert_eq!(e.message, detail.as_deref().unwrap_or(r.message()), "{r:?}");
         if r.code() == pb::ErrorCode::Auth {
             assert!(e.message.starts_with(&format!("{}: ", r.name())), "{r:?}");
         }
@@ -287,9 +283,7 @@ fn every_refusal_reaches_the_client_with_its_close_code_error_code_and_retryable
         assert_eq!(p.core.is_closed(), r.close().is_some(), "{r:?}");
         if r.close().is_none() {
             // The session goes on: a ping is answered.
-            p.client_sends(client_envelope::Body::Ping(pb::Ping {
-                client_time_ms: 77,
-            }));
+            p.client_sends(client_envelope::Body::Ping(pb::Ping { client_time_ms: 77 }));
             p.read_client();
             assert!(
                 matches!(
