@@ -10,7 +10,8 @@
 //!    passed one are stale and dropped; a sample with the time of a queued one replaces it.
 //! 2. First sighting snaps, then a cooldown of two send intervals.
 //! 3. A render clock trailing the newest data by one sample interval (the longest recent gap
-//!    between moving samples, clamped 0.05–0.20 s) behind a link-delay envelope (the largest
+//!    between moving samples, clamped 0.05–0.20 s; the default 0.12 s until the first gap is
+//!    measured, which replaces it) behind a link-delay envelope (the largest
 //!    arrival minus server time); both decay with the avatar's arrivals, not while it stands; ±10 % drift correction, catch-up (×1.5 at most) above 3
 //!    queued samples, a jump when more than 0.5 s off.
 //! 4. Hermite (or projective velocity blending) between moving samples, linear at rest, for an
@@ -171,7 +172,8 @@ pub struct SmoothingConfig {
     pub min_interval_s: f64,
     /// Upper clamp of the trailing interval, and the longest gap blended while moving.
     pub max_interval_s: f64,
-    /// The trailing interval before any is measured (seed 003's 0.12 s).
+    /// The trailing interval before any is measured (seed 003's 0.12 s); the first measured
+    /// gap replaces it.
     pub default_interval_s: f64,
     /// Inbox capacity (oldest dropped).
     pub inbox_cap: usize,
@@ -345,6 +347,8 @@ pub struct Smoother {
     /// Local arrival time of the newest sample: the envelopes decay on this clock.
     last_arrival: f64,
     interval: f64,
+    /// Whether `interval` is a measured gap (before: the default, seed 003's "without timing").
+    measured: bool,
     branch: Option<Branch>,
     blend: V3,
     blend_w: f64,
@@ -374,6 +378,7 @@ impl Smoother {
             link: 0.0,
             last_arrival: 0.0,
             interval: cfg.default_interval_s,
+            measured: false,
             branch: None,
             blend: [0.0; 3],
             blend_w: 0.0,
@@ -579,11 +584,19 @@ impl Smoother {
                 }
                 None => {
                     self.hold = false;
-                    if b.t - a.t <= cfg.max_interval_s && a.speed() >= cfg.rest_speed {
+                    let gap = b.t - a.t;
+                    if gap <= cfg.max_interval_s && a.speed() >= cfg.rest_speed {
                         // The longest recent gap: on a 50 Hz step grid 20 Hz frames come 40
                         // and 60 ms apart, and trailing their mean would run dry on every
-                        // 60 ms gap.
-                        self.interval = self.interval.max(b.t - a.t);
+                        // 60 ms gap. The first gap measured replaces the default (which only
+                        // stands in before any timing, seed 003): kept as a floor, it held the
+                        // delay 60 ms high for the three seconds it took to decay.
+                        self.interval = if self.measured {
+                            self.interval.max(gap)
+                        } else {
+                            gap
+                        };
+                        self.measured = true;
                     }
                 }
             }
@@ -876,6 +889,31 @@ mod tests {
         assert_eq!(s.stats().snaps, [0; 4]);
         assert_eq!(s.stats().clock_jumps, 0);
         assert_ne!(s.rendered().phase, Phase::Holding);
+    }
+
+    #[test]
+    fn the_first_measured_gap_replaces_the_default_interval() {
+        // 20 Hz frames on a 50 Hz step grid: 40 and 60 ms apart, 80 ms of link.
+        let mut s = Smoother::default();
+        assert_eq!(s.interval_s(), 0.12, "the default before any timing");
+        let mut t = 0.0;
+        let mut now: f64 = 0.0;
+        for i in 0..12 {
+            s.push(walk(t, 2.0 * t, 2.0), t + 0.08);
+            while now < t + 0.08 {
+                now += 1.0 / 60.0;
+                s.advance(now);
+            }
+            t += if i % 2 == 0 { 0.04 } else { 0.06 };
+        }
+        // Half a second in, the trail is the longest gap (60 ms, decaying 0.02 s per second of
+        // arrivals), not the default decaying at that rate (it was 0.11 s here).
+        assert!(
+            (0.05..=0.06).contains(&s.interval_s()),
+            "{}",
+            s.interval_s()
+        );
+        assert_eq!(s.stats().snaps, [0; 4]);
     }
 
     #[test]

@@ -10,7 +10,8 @@
  * 1. Inbox ordered by server time, capped at 10; stale samples dropped.
  * 2. First sighting snaps, then a cooldown of two send intervals.
  * 3. A render clock trailing the newest data by one sample interval (the longest recent gap between
- *    moving samples, clamped 0.05–0.20 s) behind a link-delay envelope (the largest arrival minus
+ *    moving samples, clamped 0.05–0.20 s; 0.12 s until the first gap is measured, which replaces
+ *    it) behind a link-delay envelope (the largest arrival minus
  *    server time); both decay with the avatar's arrivals, not while it stands; ±10 % drift
  *    correction, catch-up (×1.5 at most) above 3 queued samples, a jump when more than 0.5 s off.
  * 4. Hermite (or projective velocity blending) between moving samples, linear at rest or when
@@ -205,6 +206,8 @@ export class Smoother {
   /** Local arrival time of the newest sample: the envelopes decay on this clock. */
   private lastArrival = 0;
   private interval: number;
+  /** Whether `interval` is a measured gap (before: the default, seed 003's "without timing"). */
+  private measured = false;
   private branch: Branch | null = null;
   private blend: V3 = [0, 0, 0];
   private blendW = 0;
@@ -372,7 +375,12 @@ export class Smoother {
         this.hold = true;
       } else {
         this.hold = false;
-        if (b.t - a.t <= cfg.maxIntervalS && speed(a) >= cfg.restSpeed) this.interval = Math.max(this.interval, b.t - a.t); // the longest recent gap
+        const gap = b.t - a.t;
+        if (gap <= cfg.maxIntervalS && speed(a) >= cfg.restSpeed) {
+          // The longest recent gap; the first one measured replaces the default.
+          this.interval = this.measured ? Math.max(this.interval, gap) : gap;
+          this.measured = true;
+        }
       }
       a = b;
     }
