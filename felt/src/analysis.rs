@@ -355,9 +355,19 @@ pub(crate) fn measure(log: &ObserverLog, truth: &BTreeMap<u32, Vec<TruePose>>) -
         .fold(f64::INFINITY, f64::min);
     let offset = if offset.is_finite() { offset } else { 0.0 };
     // FELT_DUMP=path: every compared pose as CSV (local_s, entity, render_t, error, error vs
-    // the broadcast path, x, z, extrapolating 0/1), for looking into a run; FELT_LAGS=1 prints
-    // each start / stop lag to stderr.
+    // the broadcast path, x, z, extrapolating 0/1, declared delay ms, the smoother's interval
+    // and link envelope beyond the fastest delivery, ms, tier), for looking into a run;
+    // FELT_FRAMES=path: every frame's (arrival, tick); FELT_LAGS=1 prints each start / stop lag
+    // to stderr.
     let mut dump = std::env::var_os("FELT_DUMP").and_then(|p| std::fs::File::create(p).ok());
+    if let Some(p) = std::env::var_os("FELT_FRAMES") {
+        let text: String = log
+            .frames
+            .iter()
+            .map(|(l, t)| format!("{l},{t}\n"))
+            .collect();
+        let _ = std::fs::write(p, text);
+    }
     let mut frames: Vec<u64> = log.frames.iter().map(|&(_, t)| u64::from(t)).collect();
     frames.sort_unstable();
     frames.dedup();
@@ -401,7 +411,7 @@ pub(crate) fn measure(log: &ObserverLog, truth: &BTreeMap<u32, Vec<TruePose>>) -
                     let e = m.errors.last().map_or(0.0, |e| e.1);
                     let _ = writeln!(
                         d,
-                        "{},{},{},{},{},{},{},{}",
+                        "{},{},{},{},{},{},{},{},{:.1},{:.1},{:.1},{}",
                         s.local_s,
                         entity,
                         s.render_t,
@@ -409,7 +419,11 @@ pub(crate) fn measure(log: &ObserverLog, truth: &BTreeMap<u32, Vec<TruePose>>) -
                         dist(s.position, t),
                         s.position[0],
                         s.position[2],
-                        u8::from(s.extrapolating)
+                        u8::from(s.extrapolating),
+                        (s.local_s - offset - s.render_t) * 1000.0,
+                        s.interval_s * 1000.0,
+                        (s.link_s - offset) * 1000.0,
+                        s.tier,
                     );
                 }
             }
@@ -431,7 +445,8 @@ pub(crate) fn measure(log: &ObserverLog, truth: &BTreeMap<u32, Vec<TruePose>>) -
             let delay_ms = (shown[i].local_s - offset - shown[i].render_t) * 1000.0;
             if std::env::var_os("FELT_LAGS").is_some() {
                 eprintln!(
-                    "lag entity={entity} t={t:.3} start={start} lag_ms={lag:.0} delay_ms={delay_ms:.0}"
+                    "lag entity={entity} t={t:.3} start={start} lag_ms={lag:.0} delay_ms={delay_ms:.0} tier={}",
+                    shown[i].tier
                 );
             }
             m.lags_ms.push(lag);

@@ -23,6 +23,14 @@ pub(crate) struct Shown {
     pub(crate) cooling: bool,
     /// Whether the smoother ran past its newest sample (extrapolating).
     pub(crate) extrapolating: bool,
+    /// The entity's tier for this observer (0 near .. 3 far; the room sends a tier-`t`
+    /// avatar's steady motion every `2^t` frames, PROTOCOL.md §2.8).
+    pub(crate) tier: u8,
+    /// The smoother's trailing interval, seconds (diagnostics: `FELT_DUMP`).
+    pub(crate) interval_s: f64,
+    /// The smoother's link-delay envelope on the log's clock (arrival since the run started
+    /// minus server time), seconds (diagnostics: `FELT_DUMP`).
+    pub(crate) link_s: f64,
 }
 
 /// What an observer saw.
@@ -80,6 +88,7 @@ pub(crate) async fn observe(
     let mut handles = 0u64;
     let mut bound_before_cut: std::collections::BTreeMap<u32, u64> = Default::default();
     let mut cut_seen = false;
+    let mut tiers: std::collections::BTreeMap<u32, u8> = Default::default();
     while Instant::now() < until {
         match c.next(Some(next_render.min(until))).await {
             Polled::Event(e) => {
@@ -94,6 +103,9 @@ pub(crate) async fn observe(
                     Event::Negotiated { session_id, .. } => log.session_ids.push(*session_id),
                     Event::Frame { tick, .. } => log.frames.push((now - base, *tick)),
                     Event::Pong { rtt_s } => log.rtts_ms.push(rtt_s * 1000.0),
+                    Event::EntityEntered(c) | Event::EntityUpdated(c) => {
+                        tiers.insert(c.entity(), c.tier);
+                    }
                     Event::Closed { .. } => {
                         cut_seen = true;
                         bound_before_cut = dir
@@ -136,6 +148,9 @@ pub(crate) async fn observe(
                             snaps: r.smoothing().snaps,
                             cooling: rd.phase == plaza_client::Phase::Cooldown,
                             extrapolating: rd.phase == plaza_client::Phase::Extrapolating,
+                            tier: tiers.get(&r.entity).copied().unwrap_or(0),
+                            interval_s: r.smoother().interval_s(),
+                            link_s: r.smoother().link_s() - base,
                         });
                     }
                 }
