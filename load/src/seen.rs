@@ -18,7 +18,8 @@
 //! seqlock: its send id is zeroed while the owner rewrites it, and readers skip a slot whose id
 //! changed under them), and a match scans from the newest send backwards and stops at the first
 //! send the observer already matched (usually after one or two slots). The observer's own
-//! memory of matched sends uses a multiplicative hash of the id instead of SipHash. The owner
+//! memory of matched sends ([`Matched`]) is a vector indexed by entity id (a map with a
+//! multiplicative hash for ids beyond [`DENSE_IDS`]). The owner
 //! writes its ring at its send rate (≤ 10 Hz); readers never write shared memory.
 
 use std::collections::HashMap;
@@ -57,6 +58,67 @@ impl Hasher for IdHasher {
 
 /// A map keyed by entity id.
 pub(crate) type IdMap<V> = HashMap<u32, V, BuildHasherDefault<IdHasher>>;
+
+/// Entity ids below this are remembered in [`Matched`]'s vector (8 bytes per id up to the
+/// largest seen), the rest in its map.
+pub(crate) const DENSE_IDS: u32 = 4096;
+
+/// "Not seen yet" in [`Matched`]'s vector.
+const UNSEEN: u64 = u64::MAX;
+
+/// An observer's memory per entity of the newest send id it matched (an entity absent: not
+/// seen yet).
+#[derive(Debug, Default)]
+pub(crate) struct Matched {
+    dense: Vec<u64>,
+    sparse: IdMap<u64>,
+}
+
+impl Matched {
+    /// Forgets every entity (a keyframe: everything is seen anew).
+    pub(crate) fn clear(&mut self) {
+        self.dense.clear();
+        self.sparse.clear();
+    }
+
+    /// Forgets `entity` (it left the observer's view).
+    pub(crate) fn remove(&mut self, entity: u32) {
+        match self.dense.get_mut(entity as usize) {
+            Some(v) => *v = UNSEEN,
+            None => {
+                self.sparse.remove(&entity);
+            }
+        }
+    }
+
+    /// Remembers `send` as the newest matched of `entity`.
+    pub(crate) fn insert(&mut self, entity: u32, send: u64) {
+        *self.slot(entity) = send;
+    }
+
+    /// The entity's memory (`UNSEEN` when not seen yet).
+    fn slot(&mut self, entity: u32) -> &mut u64 {
+        if entity < DENSE_IDS {
+            let i = entity as usize;
+            if self.dense.len() <= i {
+                self.dense.resize(i + 1, UNSEEN);
+            }
+            &mut self.dense[i]
+        } else {
+            self.sparse.entry(entity).or_insert(UNSEEN)
+        }
+    }
+}
+
+impl FromIterator<(u32, u64)> for Matched {
+    fn from_iter<I: IntoIterator<Item = (u32, u64)>>(iter: I) -> Self {
+        let mut m = Self::default();
+        for (entity, send) in iter {
+            m.insert(entity, send);
+        }
+        m
+    }
+}
 
 /// One remembered movement send.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -246,20 +308,18 @@ impl RoomMoves {
         now: Instant,
         changed: impl IntoIterator<Item = (u32, [f32; 3])>,
         tol: f32,
-        last_matched: &mut IdMap<u64>,
+        last_matched: &mut Matched,
         mut record: impl FnMut(u64),
     ) {
         let now_us = self.micros(now);
         let map = self.entities.read();
         for (entity, pos) in changed {
             let ring = map.get(entity as usize).and_then(Option::as_ref);
-            let after = match last_matched.entry(entity) {
-                std::collections::hash_map::Entry::Vacant(v) => {
-                    v.insert(ring.map_or(0, |r| r.newest_id()));
-                    continue;
-                }
-                std::collections::hash_map::Entry::Occupied(o) => o.into_mut(),
-            };
+            let after = last_matched.slot(entity);
+            if *after == UNSEEN {
+                *after = ring.map_or(0, |r| r.newest_id());
+                continue;
+            }
             let Some(ring) = ring else {
                 continue;
             };
@@ -300,8 +360,8 @@ mod tests {
         let room = board.room("r");
         let mut a = room.register(7);
         let t0 = Instant::now();
-        let mut b_seen = IdMap::default();
-        let mut c_seen = IdMap::default();
+        let mut b_seen = Matched::default();
+        let mut c_seen = Matched::default();
         let mut samples = Vec::new();
         // Both observers first see A standing at its spawn: no sample.
         room.observe(t0, [(7, [0.0; 3])], 0.002, &mut b_seen, |us| {
@@ -355,7 +415,7 @@ mod tests {
         let mut a = room.register(7);
         let t0 = Instant::now();
         a.sent(t0, [5.0, 0.0, 5.0]);
-        let mut seen = IdMap::default();
+        let mut seen = Matched::default();
         let mut samples = Vec::new();
         // A late observer sees A standing where it stopped long ago: that is no move.
         let late = t0 + Duration::from_secs(10);
@@ -375,6 +435,41 @@ mod tests {
     }
 
     #[test]
+    fn matched_remembers_small_and_large_ids_alike() {
+        let board = MoveBoard::default();
+        let room = board.room("r");
+        let big = DENSE_IDS + 5;
+        let (mut a, mut b) = (room.register(2), room.register(big));
+        let t0 = Instant::now();
+        let mut seen = Matched::default();
+        let mut samples = Vec::new();
+        let mut look = |seen: &mut Matched, ms: u64, x: f32| {
+            let now = t0 + Duration::from_millis(ms);
+            room.observe(now, [(2, [x; 3]), (big, [x; 3])], 0.002, seen, |us| {
+                samples.push(us)
+            });
+        };
+        // First sightings record nothing; the next moves do, once each.
+        look(&mut seen, 0, 0.0);
+        a.sent(t0, [1.0; 3]);
+        b.sent(t0, [1.0; 3]);
+        look(&mut seen, 30, 1.0);
+        look(&mut seen, 40, 1.0);
+        // Removed (left the view): seen anew, no sample; a keyframe (clear) likewise.
+        seen.remove(2);
+        seen.remove(big);
+        a.sent(t0, [2.0; 3]);
+        b.sent(t0, [2.0; 3]);
+        look(&mut seen, 50, 2.0);
+        seen.clear();
+        a.sent(t0, [3.0; 3]);
+        b.sent(t0, [3.0; 3]);
+        look(&mut seen, 60, 3.0);
+        drop(look);
+        assert_eq!(samples, vec![30_000, 30_000]);
+    }
+
+    #[test]
     fn drop_unregisters_only_its_own_ring() {
         let board = MoveBoard::default();
         let room = board.room("r");
@@ -387,7 +482,7 @@ mod tests {
             Instant::now(),
             [(3, [0.0; 3])],
             0.002,
-            &mut IdMap::from_iter([(3, 0)]),
+            &mut Matched::from_iter([(3, 0)]),
             |_| n += 1,
         );
         assert_eq!(n, 1);
@@ -396,7 +491,7 @@ mod tests {
             Instant::now(),
             [(3, [0.0; 3])],
             0.002,
-            &mut IdMap::from_iter([(3, 0)]),
+            &mut Matched::from_iter([(3, 0)]),
             |_| n += 1,
         );
         assert_eq!(n, 1);

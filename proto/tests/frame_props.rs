@@ -96,6 +96,10 @@ fn evolve(steps: &[Step]) -> Vec<Step> {
 fn run(steps: &[Step], cfg: EncoderConfig, exact: bool) -> Result<(), TestCaseError> {
     let mut enc = FrameEncoder::new(cfg);
     let mut dec = FrameDecoder::new();
+    let (mut reused, mut buf) = (
+        FrameDecoder::new(),
+        plaza_proto::frame::DecodedFrame::default(),
+    );
     let mut tick = 1000u32;
     for (n, s) in steps.iter().enumerate() {
         tick = tick.wrapping_add(s.tick_step);
@@ -131,6 +135,12 @@ fn run(steps: &[Step], cfg: EncoderConfig, exact: bool) -> Result<(), TestCaseEr
         let d = dec
             .apply(&out)
             .map_err(|e| TestCaseError::fail(format!("frame {n}: {e}")))?;
+        // The same frames into one reused `DecodedFrame` decode to the same.
+        reused
+            .apply_into(&out, &mut buf)
+            .map_err(|e| TestCaseError::fail(format!("frame {n}, apply_into: {e}")))?;
+        prop_assert_eq!(&buf, &d);
+        prop_assert_eq!(reused.check(), dec.check());
         prop_assert_eq!(d.tick, tick);
         prop_assert_eq!(
             dec.check(),

@@ -34,13 +34,15 @@ impl Connection {
             self.stats.dropped_awaiting_keyframe += 1;
             return;
         }
-        match self.decoder.apply(bytes) {
-            Ok(d) => {
+        let mut d = std::mem::take(&mut self.spare_frame);
+        match self.decoder.apply_into(bytes, &mut d) {
+            Ok(()) => {
                 self.awaiting_keyframe = false;
                 self.resync_sent_at = None;
                 self.applied(d);
             }
             Err(error) => {
+                self.spare_frame = d;
                 let reason = match error {
                     FrameError::ChainBreak { .. } => {
                         self.stats.chain_breaks += 1;
@@ -91,7 +93,9 @@ impl Connection {
             tick: d.tick,
             keyframe: d.keyframe,
         });
-        self.last_frame = Some(d);
+        if let Some(old) = self.last_frame.replace(d) {
+            self.spare_frame = old;
+        }
     }
 
     /// The change event's payload for `record` (held by the decoder).

@@ -61,6 +61,9 @@ pub struct Connection {
     held_scratch: Vec<Reported>,
     /// What the last frame applied changed and removed (see [`Connection::last_frame`]).
     last_frame: Option<DecodedFrame>,
+    /// The next frame is decoded into this (the one before the last, kept for its vectors:
+    /// no allocation per frame).
+    spare_frame: DecodedFrame,
     room: Option<RoomInfo>,
     want_room: Option<String>,
     awaiting_keyframe: bool,
@@ -94,6 +97,7 @@ impl Connection {
             held: Vec::new(),
             held_scratch: Vec::new(),
             last_frame: None,
+            spare_frame: DecodedFrame::default(),
             room: None,
             want_room,
             awaiting_keyframe: true,

@@ -243,7 +243,7 @@ impl Bot {
         let Some(frame) = self.conn.last_frame() else {
             return;
         };
-        for id in &frame.removed {
+        for &id in &frame.removed {
             self.seen_last.remove(id);
         }
         if frame.changed.is_empty() {

@@ -43,7 +43,7 @@ mod transport;
 use crate::Shared;
 use crate::rate::SendRate;
 use crate::scenario::{BotKind, BotMix};
-use crate::seen::{IdMap, OwnMoves, RoomMoves};
+use crate::seen::{Matched, OwnMoves, RoomMoves};
 use crate::stats::{Counters, LocalSamples, Metric};
 use crate::walk::{Pose, Walker};
 
@@ -185,7 +185,7 @@ pub(crate) struct Bot {
     own_entity: Option<u32>,
     room_moves: Arc<RoomMoves>,
     own_moves: Option<OwnMoves>,
-    seen_last: IdMap<u64>,
+    seen_last: Matched,
     last_frame_at: Option<Instant>,
     /// A `Resync` went and its keyframe has not come yet.
     resync_pending: bool,
@@ -252,7 +252,7 @@ impl Bot {
             own_entity: None,
             room_moves,
             own_moves: None,
-            seen_last: IdMap::default(),
+            seen_last: Matched::default(),
             last_frame_at: None,
             resync_pending: false,
             expect_keyframe: true,

@@ -13,6 +13,11 @@ use crate::quant::QuantPose;
 // === Decoder ===
 
 /// Client-side frame decoder: holds what the server says the client should hold.
+///
+/// Memory: besides the held set, a frame that removes or adds entities builds the next held
+/// set beside it (fail closed: the held set stays as it was until the frame checked out) and
+/// drops the old one after the swap, so no second held-sized vector stays per decoder between
+/// such frames; new entities are merged in place (a scratch of the new ones only).
 #[derive(Clone, Debug, Default)]
 pub struct FrameDecoder {
     held: Vec<Held>,
@@ -20,7 +25,8 @@ pub struct FrameDecoder {
     last_seq: Option<u32>,
     last_tick: u32,
     next: Vec<Held>,
-    tmp: Vec<Held>,
+    /// The frame's new entities before they are merged into `next`.
+    fresh: Vec<Held>,
     sel: Vec<u32>,
     patch: Vec<(u32, Held)>,
 }
@@ -34,6 +40,19 @@ impl FrameDecoder {
     /// Apply one frame onto what the decoder holds. Fail closed: on any error the held state is
     /// unchanged and the client should send Resync (ChainBreak / CheckMismatch / malformed).
     pub fn apply(&mut self, frame: &[u8]) -> Result<DecodedFrame, FrameError> {
+        let mut out = DecodedFrame::default();
+        self.apply_into(frame, &mut out)?;
+        Ok(out)
+    }
+
+    /// [`FrameDecoder::apply`] into `out`, reusing its vectors (a caller that decodes every
+    /// frame keeps one `DecodedFrame` and allocates nothing for it per frame). On success `out`
+    /// is what `apply` would return; on an error its contents are unspecified (the held state
+    /// is unchanged, as with `apply`).
+    pub fn apply_into(&mut self, frame: &[u8], out: &mut DecodedFrame) -> Result<(), FrameError> {
+        out.changed.clear();
+        out.removed.clear();
+        out.checked = false;
         if frame.len() > MAX_FRAME_BYTES {
             return Err(FrameError::TooLarge);
         }
@@ -85,13 +104,10 @@ impl FrameDecoder {
             old_own.cloned()
         };
 
-        let mut out = DecodedFrame {
-            seq,
-            base_seq,
-            tick,
-            keyframe,
-            ..DecodedFrame::default()
-        };
+        out.seq = seq;
+        out.base_seq = base_seq;
+        out.tick = tick;
+        out.keyframe = keyframe;
         let n_removed = r.eg(0)?;
         if n_removed > held.len() as u64 {
             return Err(FrameError::Malformed("removed count"));
@@ -176,26 +192,26 @@ impl FrameDecoder {
             self.own = own;
             self.last_seq = Some(seq);
             self.last_tick = tick;
-            return Ok(out);
+            return Ok(());
         }
         if patching {
             self.next.clear();
+            self.next.reserve_exact(held.len() + n_new as usize);
             self.next.extend_from_slice(held);
             for (s, h) in &self.patch {
                 self.next[*s as usize] = *h;
             }
         }
         let mut prev = None;
+        self.fresh.clear();
         for _ in 0..n_new {
             let (rec, tier) = read_new(&mut r, prev)?;
             prev = Some((rec.id, rec.pose.position_mm));
-            self.next.push(Held::new(rec, tier, tick));
+            self.fresh.push(Held::new(rec, tier, tick));
             out.changed.push(rec.id);
         }
         r.finish()?;
-        if kept > 0 && kept < self.next.len() {
-            merge_sorted(&mut self.next, kept, &mut self.tmp);
-        }
+        merge_in_place(&mut self.next, &self.fresh);
         if self.next.windows(2).any(|w| w[0].rec.id >= w[1].rec.id) {
             return Err(FrameError::Malformed("duplicate id"));
         }
@@ -207,11 +223,12 @@ impl FrameDecoder {
             out.checked = true;
         }
         out.changed.sort_unstable();
-        std::mem::swap(&mut self.held, &mut self.next);
+        // The old held set goes: the next such frame builds its own (see the type's docs).
+        self.held = std::mem::take(&mut self.next);
         self.own = own;
         self.last_seq = Some(seq);
         self.last_tick = tick;
-        Ok(out)
+        Ok(())
     }
 
     /// The record held for `id`.
@@ -281,6 +298,63 @@ impl FrameDecoder {
                 true
             }
             None => false,
+        }
+    }
+}
+
+/// Appends `fresh` (sorted by id) to `v` (sorted by id) and merges them in place, from the back
+/// (of equal ids, those of `v` first, as a stable merge would).
+fn merge_in_place(v: &mut Vec<Held>, fresh: &[Held]) {
+    let kept = v.len();
+    v.extend_from_slice(fresh);
+    if kept == 0 || fresh.is_empty() {
+        return;
+    }
+    let (mut i, mut j, mut k) = (kept, fresh.len(), v.len());
+    while j > 0 {
+        k -= 1;
+        if i > 0 && v[i - 1].rec.id > fresh[j - 1].rec.id {
+            v[k] = v[i - 1];
+            i -= 1;
+        } else {
+            v[k] = fresh[j - 1];
+            j -= 1;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::quant::QuantPose;
+
+    fn held(id: u32, tier: u8) -> Held {
+        let rec = EntityRecord {
+            id,
+            generation: 0,
+            kind: 0,
+            pose: QuantPose::default(),
+        };
+        Held::new(rec, tier, 0)
+    }
+
+    #[test]
+    fn merge_in_place_is_a_stable_merge() {
+        let ids = |v: &[Held]| v.iter().map(|h| (h.rec.id, h.tier)).collect::<Vec<_>>();
+        for (a, b) in [
+            (vec![1, 4, 9], vec![2, 3, 10]),
+            (vec![], vec![5, 6]),
+            (vec![5, 6], vec![]),
+            (vec![7, 8], vec![1, 2]),
+            (vec![1, 2], vec![7, 8]),
+            (vec![3, 5], vec![3, 5, 6]),
+        ] {
+            let mut v: Vec<Held> = a.iter().map(|&id| held(id, 0)).collect();
+            let fresh: Vec<Held> = b.iter().map(|&id| held(id, 1)).collect();
+            let mut want: Vec<Held> = v.iter().chain(&fresh).copied().collect();
+            want.sort_by_key(|h| h.rec.id);
+            merge_in_place(&mut v, &fresh);
+            assert_eq!(ids(&v), ids(&want), "{a:?} + {b:?}");
         }
     }
 }
