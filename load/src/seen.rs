@@ -465,7 +465,6 @@ mod tests {
         a.sent(t0, [3.0; 3]);
         b.sent(t0, [3.0; 3]);
         look(&mut seen, 60, 3.0);
-        drop(look);
         assert_eq!(samples, vec![30_000, 30_000]);
     }
 
