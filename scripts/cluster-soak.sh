@@ -20,7 +20,7 @@
 # the end, one block per test.
 #
 # Usage: scripts/cluster-soak.sh [BOTS] [ROOMS] [SECONDS] [OUT_DIR]   (defaults 300 6 60)
-#   TESTS="cluster_drain cluster_partition" scripts/cluster-soak.sh   # other fault files
+#   TESTS="cluster_drain cluster_partition" scripts/cluster-soak.sh   # other fault modules
 # Needs `redis-server` on PATH. CI runs the same tests with 60 bots in a debug build.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -30,12 +30,10 @@ export PLAZA_CLUSTER_SECS="${3:-60}"
 out="${4:-$(mktemp -d /tmp/plaza-cluster-soak.XXXXXX)}"
 mkdir -p "$out"
 read -r -a tests <<<"${TESTS:-cluster_failover cluster_checkpoint cluster_redis_pause cluster_pause cluster_redis cluster_gateway}"
-# One release build of the test binaries and of `plaza` (the harness builds it through
-# plaza-ops's `cli` test: the same command, so it is up to date), with `--workspace` so the
-# features are the ones every other `cargo test --workspace` uses.
-build=(--workspace --release --no-run --test cli)
-for t in "${tests[@]}"; do build+=(--test "$t"); done
-nice -n 5 cargo test -q "${build[@]}"
+# One release build of the whole-system test binary and of `plaza` (the harness builds it
+# through plaza-ops's `ops` test: the same command, so it is up to date), with `--workspace` so
+# the features are the ones every other `cargo test --workspace` uses.
+nice -n 5 cargo test -q --workspace --release --no-run --test ops --test system
 # The harness would build `plaza` itself through a nested cargo (tests/src/cluster.rs, plaza_bin);
 # inside a test process that nested build sees another environment and rebuilds part of the
 # release graph. The binary was just built above: point the harness at it.
@@ -44,7 +42,8 @@ status=0
 for t in "${tests[@]}"; do
   echo "=== $t: ${PLAZA_CLUSTER_BOTS} bots, ${PLAZA_CLUSTER_ROOMS} rooms, ${PLAZA_CLUSTER_SECS} s ($(date -u +%H:%M:%S) UTC, load $(cut -d' ' -f1-3 /proc/loadavg))"
   # One test at a time: two 300-bot clusters at once on a small machine starve each other.
-  if cargo test --workspace --release --test "$t" -- --nocapture --test-threads=1 \
+  # Each former test file is a module of the `system` binary: `$t::` selects its tests.
+  if cargo test --workspace --release --test system "$t::" -- --nocapture --test-threads=1 \
     --skip _fast >"$out/$t.log" 2>&1; then
     echo "--- $t: ok"
   else

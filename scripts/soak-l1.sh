@@ -16,10 +16,10 @@ cd "$(dirname "$0")/.."
 duration="${1:-30m}"
 out="${2:-$(mktemp -d /tmp/plaza-soak-l1.XXXXXX)}"
 mkdir -p "$out"
-# `plaza` and `plaza-load` as the release test builds make them (their packages' own `cli` and
+# `plaza` and `plaza-load` as the release test builds make them (their packages' own `ops` and
 # `exit_status` tests need them), with `--workspace` features: the same binaries
 # scripts/cluster-soak.sh uses, not a second feature resolution of the whole graph.
-nice -n 5 cargo test -q --workspace --release --no-run --test cli --test exit_status
+nice -n 5 cargo test -q --workspace --release --no-run --test ops --test exit_status
 port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 ws=$(port); admin=$(port)
 PLAZA__GATEWAY__MAX_PREAUTH_PER_IP=100000 PLAZA__GATEWAY__MAX_SESSIONS_PER_IP=100000 \

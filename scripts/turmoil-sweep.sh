@@ -5,7 +5,7 @@
 #   SEEDS=2000 START=50000 scripts/turmoil-sweep.sh
 #   SHARDS=1 PROFILE=dev scripts/turmoil-sweep.sh
 # A failing seed prints its replay command (PLAZA_TURMOIL_SEED=n cargo test -p plaza-directory
-# --test turmoil_sweep -- --nocapture). Not part of .ci/run (minutes, not seconds).
+# --test directory turmoil_sweep:: -- --nocapture). Not part of .ci/run (minutes, not seconds).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seeds=${SEEDS:-10000}
@@ -13,7 +13,7 @@ start=${START:-0}
 shards=${SHARDS:-$(nproc)}
 profile=${PROFILE:-release}
 flag=(--profile "$profile")
-cargo test "${flag[@]}" -p plaza-directory --test turmoil_sweep --no-run
+cargo test "${flag[@]}" -p plaza-directory --test directory --no-run
 per=$(( (seeds + shards - 1) / shards ))
 logs=$(mktemp -d)
 pids=()
@@ -22,7 +22,7 @@ for ((i = 0; i < shards; i++)); do
     n=$(( per < start + seeds - s ? per : start + seeds - s ))
     (( n > 0 )) || break
     PLAZA_TURMOIL_SEED_START=$s PLAZA_TURMOIL_SEEDS=$n \
-        cargo test "${flag[@]}" -p plaza-directory --test turmoil_sweep \
+        cargo test "${flag[@]}" -p plaza-directory --test directory \
         lease_placement_presence_seed_sweep -- --nocapture >"$logs/shard$i.log" 2>&1 &
     pids+=($!)
 done

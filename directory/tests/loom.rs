@@ -11,6 +11,9 @@
 //! Run: `scripts/loom.sh` (`RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom cargo test
 //! --release -p plaza-directory --test loom`). Under `--cfg loom` the crate's mutex, the
 //! manual clock's atomic and the era floor's atomics are loom's (`src/sync.rs`).
+//!
+//! Its own test binary, not a module of `directory` (tests/directory/main.rs): it builds only
+//! under `--cfg loom`, where the other tests' dependencies (turmoil, proptest) are not built.
 #![cfg(loom)]
 
 use std::future::Future;

@@ -9,7 +9,7 @@
 //! drops every connection at once (a lost connection: no close frame).
 //!
 //! Shared: `plaza-felt` puts it in front of its observers, and the whole-system tests
-//! (`tests/tests/client_links.rs`, reliability row F10) in front of a gateway's clients.
+//! (`tests/tests/system/client_links.rs`, reliability row F10) in front of a gateway's clients.
 
 use std::net::SocketAddr;
 use std::sync::Arc;

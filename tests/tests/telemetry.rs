@@ -1,5 +1,10 @@
 //! With an OTLP endpoint configured, a join produces one trace spanning gateway and node.
 //! The collector is a real OTLP/gRPC server in this test.
+//!
+//! Its own test binary, not a module of `system` (tests/tests/system/main.rs): it installs the
+//! process-wide tracing subscriber and OpenTelemetry tracer provider
+//! (`plaza_ops::telemetry::init`, once per process), which would then export the spans of every
+//! other in-process test to this test's collector, where it finds spans by name.
 
 use std::time::Duration;
 

@@ -1,6 +1,6 @@
 //! The shared suite against [`MemoryDirectory`] on a manual clock.
 
-mod suite;
+use crate::{all_suite_tests, suite};
 
 use std::sync::Arc;
 

@@ -2,7 +2,7 @@
 //! free port, or `REDIS_URL` with a unique key prefix), plus Redis-only cases: epochs stay
 //! monotonic across a restart that lost all data, and an unreachable Redis is a retryable error.
 
-mod suite;
+use crate::{all_suite_tests, suite};
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};

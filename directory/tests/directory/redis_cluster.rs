@@ -4,7 +4,7 @@
 //! killed with SIGKILL mid-run on a cluster with one replica per master: the replica is
 //! promoted, the directory follows, and no epoch is issued twice.
 
-mod suite;
+use crate::{run_all_suite_cases, suite};
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -11,12 +11,13 @@
 //! the era floor, as the Redis backend does). Afterwards `sim::check` asserts G1 and G2 over the
 //! seed's merged history.
 //!
-//! - `cargo test -p plaza-directory --test turmoil_sweep`: a modest sweep (default 200 seeds).
+//! - `cargo test -p plaza-directory --test directory turmoil_sweep::`: a modest sweep (default
+//!   200 seeds).
 //! - `PLAZA_TURMOIL_SEEDS=10000` (and optionally `PLAZA_TURMOIL_SEED_START`): a bigger sweep
 //!   (`scripts/turmoil-sweep.sh`).
 //! - `PLAZA_TURMOIL_SEED=n`: replays one seed (a failing seed prints this).
 
-mod sim;
+use crate::sim;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -302,7 +303,7 @@ fn lease_placement_presence_seed_sweep() {
             }
             Err(e) => {
                 eprintln!(
-                    "seed {seed} FAILED: {e}\n  replay: PLAZA_TURMOIL_SEED={seed} cargo test -p plaza-directory --test turmoil_sweep -- --nocapture"
+                    "seed {seed} FAILED: {e}\n  replay: PLAZA_TURMOIL_SEED={seed} cargo test -p plaza-directory --test directory turmoil_sweep:: -- --nocapture"
                 );
                 failures.push(seed);
             }

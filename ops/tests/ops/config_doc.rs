@@ -1,7 +1,7 @@
 //! `docs/CONFIG.md` is generated from `ops/plaza.example.toml` (the built-in defaults with a
 //! comment above each key) and this test fails when the checked-in file is out of date.
 //!
-//! Regenerate with `PLAZA_BLESS=1 cargo test -p plaza-ops --test config_doc`.
+//! Regenerate with `PLAZA_BLESS=1 cargo test -p plaza-ops --test ops config_doc::`.
 //!
 //! It documents what the example file says; it does not check that the comments are true.
 
@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use plaza_ops::config::{DEFAULTS_TOML, PlazaConfig};
 
 const DOC: &str = "docs/CONFIG.md";
-const BLESS: &str = "PLAZA_BLESS=1 cargo test -p plaza-ops --test config_doc";
+const BLESS: &str = "PLAZA_BLESS=1 cargo test -p plaza-ops --test ops config_doc::";
 
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -175,8 +175,8 @@ fn render(keys: &[Key]) -> String {
     let mut md = String::new();
     md.push_str(
         "# Plaza configuration reference\n\n\
-         <!-- Generated from ops/plaza.example.toml by ops/tests/config_doc.rs: do not edit by hand.\n     \
-         Regenerate: PLAZA_BLESS=1 cargo test -p plaza-ops --test config_doc -->\n\n\
+         <!-- Generated from ops/plaza.example.toml by ops/tests/ops/config_doc.rs: do not edit by hand.\n     \
+         Regenerate: PLAZA_BLESS=1 cargo test -p plaza-ops --test ops config_doc:: -->\n\n\
          Every `plaza` role (`up`, `node`, `gateway`) reads one configuration in layers; a later layer\n\
          wins:\n\n\
          1. the built-in defaults: `ops/plaza.example.toml`, embedded in the binary (the defaults below);\n\
@@ -225,7 +225,7 @@ fn render(keys: &[Key]) -> String {
     md.push_str(
         "## In the Helm chart\n\n\
          The chart (`helm/plaza`) renders `config:` of its values into `/etc/plaza/plaza.toml`\n\
-         (defaults equal to the ones above; `ops/tests/config_drift.rs` keeps them so) and sets these\n\
+         (defaults equal to the ones above; `ops/tests/ops/config_drift.rs` keeps them so) and sets these\n\
          per pod through the environment, which wins over the file:\n\n",
     );
     for var in chart_env_vars() {

@@ -212,7 +212,7 @@ fn a_tilted_prop_keyframe_matches_golden_hex() {
     eprintln!("PROP_KEYFRAME_HEX {}", hex(&key));
     assert_eq!(hex(&key), PROP_KEYFRAME_HEX);
     assert!(
-        include_str!("../../fixtures/golden/golden.json").contains(PROP_KEYFRAME_HEX),
+        include_str!("../../../fixtures/golden/golden.json").contains(PROP_KEYFRAME_HEX),
         "the shared fixture file carries it"
     );
     // yaw step round(30 × 512 / 360) = 43, pitch 14, roll −28 (steps of 360/512°).

@@ -7,11 +7,9 @@
 //! a wrong selection reading or a wrong own-state coding fails on the check of some frame.
 //!
 //! Regenerate after a deliberate format change with
-//! `PLAZA_BLESS=1 cargo test --workspace --test golden_frames`.
+//! `PLAZA_BLESS=1 cargo test --workspace --test proto golden_frames::`.
 
-#[allow(dead_code)]
-#[path = "support/random_frames.rs"]
-mod support;
+use crate::support;
 
 use plaza_proto::frame::{
     EncoderConfig, EntityRecord, FrameDecoder, FrameEncoder, OwnState, Visible,

@@ -2,8 +2,7 @@
 //! the Rust encoder and decoder make of seed 1. Regenerate it after a deliberate format change
 //! with `cargo run -p plaza-proto --example random_frames -- 1 ../fixtures/frames/random.json`.
 
-#[path = "support/random_frames.rs"]
-mod support;
+use crate::support;
 
 /// The committed fixture's seed and size.
 const SEED: u64 = 1;

@@ -1,4 +1,4 @@
-// The shared golden fixtures (fixtures/golden/golden.json), the same file proto/tests/golden.rs
+// The shared golden fixtures (fixtures/golden/golden.json), the same file proto/tests/proto/golden.rs
 // asserts: the TypeScript decoder must accept exactly these bytes, and the TypeScript encoders of
 // the envelopes and the compressed movement message must produce them.
 import { create, fromBinary, toBinary } from "@bufbuild/protobuf";

@@ -153,6 +153,49 @@ fn sans_io_crates_do_not_depend_on_io_crates() {
     }
 }
 
+/// One integration-test binary per crate (issue 10): each binary links its crate's whole
+/// dependency graph, so a new test file is a module of its crate's binary
+/// (`tests/tests/system/main.rs`, `directory/tests/directory/main.rs`, …), not a binary of its
+/// own. A second one is for what cannot share a process, and says why at its top
+/// (`tests/tests/telemetry.rs`, `directory/tests/loom.rs`).
+#[test]
+fn each_crate_has_at_most_two_integration_test_binaries() {
+    let metadata = metadata();
+    let members: BTreeSet<&str> = metadata["workspace_members"]
+        .as_array()
+        .expect("workspace_members")
+        .iter()
+        .map(|m| m.as_str().expect("member id"))
+        .collect();
+    let packages = metadata["packages"].as_array().expect("packages");
+    let mut checked = 0;
+    for p in packages
+        .iter()
+        .filter(|p| members.contains(p["id"].as_str().expect("id")))
+    {
+        let tests: Vec<&str> = p["targets"]
+            .as_array()
+            .expect("targets")
+            .iter()
+            .filter(|t| {
+                t["kind"]
+                    .as_array()
+                    .is_some_and(|k| k.iter().any(|k| k == "test"))
+            })
+            .map(|t| t["name"].as_str().expect("name"))
+            .collect();
+        assert!(
+            tests.len() <= 2,
+            "{} has {} integration-test binaries {tests:?}: make the new file a module of the \
+             crate's main test binary",
+            p["name"],
+            tests.len()
+        );
+        checked += 1;
+    }
+    assert_eq!(checked, members.len(), "every workspace member was checked");
+}
+
 mod toml_like {
     /// Workspace member folders.
     pub(crate) struct Members(pub(crate) Vec<String>);

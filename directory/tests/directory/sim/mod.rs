@@ -1,4 +1,4 @@
-//! The turmoil simulation harness of `tests/turmoil_sweep.rs` (D1 in docs/TESTING.md).
+//! The turmoil simulation harness of `tests/directory/turmoil_sweep.rs` (D1 in docs/TESTING.md).
 
 pub(crate) mod check;
 pub(crate) mod node;
