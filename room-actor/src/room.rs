@@ -1,6 +1,7 @@
 //! The room actor: a ractor shell around one [`RoomHost`](host) and its [`plaza_room_core::Room`].
 //!
-//! The actor owns the room host, the ticker task that wakes it on the step and broadcast grids,
+//! The actor owns the room host, the ticker task that wakes it on the core's wake grid (steps,
+//! broadcasts and, in a spread room, group slots: [`plaza_room_core::WakeGrid`]),
 //! and the directory writer task. Every message is handed to the host (the node's decisions,
 //! sans I/O: [`host`]); the actor executes what the host asks for: directory writes go to the
 //! writer ([`writer`]), audit records are appended (awaited, in order) before the rest of a tick
@@ -23,6 +24,7 @@
 //! * [`restore`]: restoring from the previous activation's handoff state.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use plaza_directory::SharedDirectory;
@@ -59,6 +61,9 @@ pub struct RoomState {
     /// The room's tracing span (room id and epoch): ticks and inputs run inside it.
     span: tracing::Span,
     ticker: JoinHandle<()>,
+    /// Whether the ticker wakes the room on the group grid (set after each tick from
+    /// [`Room::wakes_on_group_grid`]).
+    spread: Arc<AtomicBool>,
     presence: mpsc::UnboundedSender<PresenceOp>,
     /// The directory writer task: it ends after the room's last presence write, releasing the
     /// lease; the room's stop waits for it (bounded), so a draining node does not exit holding
@@ -87,7 +92,8 @@ impl Actor for RoomActor {
         args: RoomArgs,
     ) -> Result<RoomState, ActorProcessingErr> {
         let started = Instant::now();
-        let ticker = io::spawn_ticker(myself.clone(), started, &args.cfg.room);
+        let spread = Arc::new(AtomicBool::new(false));
+        let ticker = io::spawn_ticker(myself.clone(), started, &args.cfg.room, spread.clone());
         let (presence, writer) = writer::spawn_directory_writer(writer::DirectoryWriter {
             directory: args.directory.clone(),
             room: args.room_id.clone(),
@@ -114,6 +120,7 @@ impl Actor for RoomActor {
             host,
             span,
             ticker,
+            spread,
             presence,
             writer: Some(writer),
             directory,
@@ -240,6 +247,8 @@ impl RoomState {
             }
         };
         let batch = self.host.tick(due, &mut on_step);
+        self.spread
+            .store(self.host.room.wakes_on_group_grid(), Ordering::Relaxed);
         if let Some(rec) = self.poses.as_mut() {
             rec.flush();
         }

@@ -6,14 +6,17 @@
 //! per-tick time from its own measurement loop) and the bandwidth table first, then runs the
 //! criterion benches. With `CI` set the sizes and tick counts shrink; `ROOM_BENCH_N=1000` keeps
 //! the rooms of that size, `ROOM_BENCH_TIER=stadium` (or `class`) the rooms of that tier;
-//! `ROOM_BENCH_THREADS=2` sets `RoomConfig::encode_threads` (default 1).
+//! `ROOM_BENCH_THREADS=2` sets `RoomConfig::encode_threads` (default 1); `ROOM_BENCH_CLOCK=cpu`
+//! times each wake by the thread's CPU time (`/proc/thread-self/schedstat`) instead of the wall
+//! clock, which on a machine shared with other builds leaves out the time the thread waited for
+//! a core (it still pays the caches the others share).
 //!
 //! A tick is one wake of the room as the room actor's shell schedules it: the shell wakes the
-//! room at every 50 Hz simulation step and every 20 Hz broadcast, each on its own evenly spaced
-//! grid (so per 100 ms: steps at 0, 20, 40, 60, 80 ms and broadcasts at 0 and 50 ms), and runs
-//! the step, then the broadcast, that are due. Its duration is what the shell's tick-duration
-//! metric observes. Frames spread over steps (`RoomConfig::spread_from_members`) are encoded
-//! inside `simulate`.
+//! room on the core's `WakeGrid` (every 50 Hz simulation step and every 20 Hz broadcast, each on
+//! its own evenly spaced grid, and, in a room whose frames are spread
+//! (`RoomConfig::spread_from_members`), every 10 ms group slot) and calls `Room::advance`,
+//! which runs the step, the broadcast and the frame group that are due. Its duration is what the
+//! shell's tick-duration metric observes.
 //!
 //! The walkers are physically valid clients: they start where `Joined` put them, send a move
 //! every 100 ms (10 Hz, so a fifth of them per 50 Hz tick) with timestamps advancing by 0.1 s,
@@ -26,7 +29,9 @@ use std::time::{Duration, Instant};
 use criterion::{BenchmarkId, Criterion, Throughput};
 use plaza_proto::quant::Pose;
 use plaza_room_core::interest::{DEFAULT_TIER_BANDS_M, InterestIndex, InterestSet};
-use plaza_room_core::{CapacityTier, Due, Input, MoveInput, Outbound, Room, RoomConfig, SessionId};
+use plaza_room_core::{
+    Advanced, CapacityTier, Input, MoveInput, Outbound, Room, RoomConfig, SessionId, WakeGrid,
+};
 
 /// Simulation steps per second (the room default).
 const TICK_HZ: u64 = 50;
@@ -34,6 +39,42 @@ const TICK_HZ: u64 = 50;
 const TICK_MS: u64 = 1000 / TICK_HZ;
 /// A client moves every this many steps (10 Hz).
 const MOVE_EVERY: u64 = 5;
+
+/// A clock for one wake: wall time, or with `ROOM_BENCH_CLOCK=cpu` this thread's CPU time.
+#[derive(Clone, Copy)]
+enum Clock {
+    Wall(Instant),
+    Cpu(u64),
+}
+
+fn cpu_clock() -> bool {
+    std::env::var("ROOM_BENCH_CLOCK").is_ok_and(|v| v == "cpu")
+}
+
+/// Nanoseconds this thread has run on a CPU (the first field of its schedstat).
+fn thread_cpu_ns() -> u64 {
+    std::fs::read_to_string("/proc/thread-self/schedstat")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+impl Clock {
+    fn start() -> Self {
+        if cpu_clock() {
+            Self::Cpu(thread_cpu_ns())
+        } else {
+            Self::Wall(Instant::now())
+        }
+    }
+
+    fn elapsed(self) -> Duration {
+        match self {
+            Self::Wall(t) => t.elapsed(),
+            Self::Cpu(ns) => Duration::from_nanos(thread_cpu_ns().saturating_sub(ns)),
+        }
+    }
+}
 
 fn ci() -> bool {
     std::env::var_os("CI").is_some()
@@ -92,8 +133,10 @@ struct Sim {
     rng: Rng,
     /// Simulation steps run.
     tick: u64,
-    /// Broadcasts run.
-    broadcasts: u64,
+    /// The shell's wake grid.
+    grid: WakeGrid,
+    /// The time of the last wake since the room started.
+    now: Duration,
     out: Vec<Outbound>,
     frame_bytes: u64,
     frames: u64,
@@ -126,7 +169,8 @@ impl Sim {
             room.join(w.session);
         }
         let mut out = Vec::new();
-        room.advance(Duration::from_millis(TICK_MS), &mut out);
+        let now = Duration::from_millis(TICK_MS);
+        room.advance(now, &mut out);
         let mut joined = 0;
         for o in &out {
             if let Outbound::Joined { session, spawn, .. } = o {
@@ -136,11 +180,12 @@ impl Sim {
         }
         assert_eq!(joined, n, "every bot joins");
         Self {
-            room,
             walkers,
             rng,
             tick: 1,
-            broadcasts: 0,
+            grid: WakeGrid::new(room.config()),
+            now,
+            room,
             out,
             frame_bytes: 0,
             frames: 0,
@@ -205,49 +250,26 @@ impl Sim {
         }
     }
 
-    /// One wake of the room as the room actor's shell schedules it: the shell wakes the room at
-    /// every simulation step (every 20 ms) and every broadcast (every 50 ms, on its own evenly
-    /// spaced grid) and calls `Room::advance_with` (the production schedule), which runs the
-    /// step that is due (after this wake's inputs) and then the broadcast that is due. Returns
-    /// the time of the step (zero when none was due; measured to `on_step`) and of the
-    /// broadcast after it (zero when none was due).
-    fn tick(&mut self) -> (Duration, Duration) {
-        let cfg = self.room.config();
-        let (step_ms, bcast_ms) = (
-            1000 / u64::from(cfg.tick_hz),
-            1000 / u64::from(cfg.broadcast_hz.min(cfg.tick_hz)),
-        );
-        let next_step = (self.tick + 1) * step_ms;
-        let next_bcast = (self.broadcasts + 1) * bcast_ms;
-        let now = next_step.min(next_bcast);
+    /// One wake of the room, scheduled as the room actor's shell (`plaza-room-actor`) does it:
+    /// at the next time of the core's wake grid, the inputs of the step due then (if one is),
+    /// then `Room::advance`. Returns the time of `advance` and what it ran.
+    fn tick(&mut self) -> (Duration, Advanced) {
+        self.now = self
+            .grid
+            .next_after(self.now, self.room.wakes_on_group_grid());
+        let tick_hz = u128::from(self.room.config().tick_hz);
+        let due_steps = (self.now.as_nanos() * tick_hz / 1_000_000_000) as u64;
         self.out.clear();
-        let step_due = next_step <= now;
-        if step_due {
+        if due_steps > self.tick {
             self.tick += 1;
             self.inputs(self.tick * TICK_MS);
         }
-        let t0 = Instant::now();
-        let mut stepped = None;
-        let r = self.room.advance_with(
-            Duration::from_millis(now),
-            Due::Scheduled,
-            &mut self.out,
-            |_, _| stepped = Some(Instant::now()),
-        );
-        let end = Instant::now();
-        let sim = stepped.map_or(Duration::ZERO, |t| t - t0);
-        let mut bcast = Duration::ZERO;
-        if r.broadcast {
-            self.broadcasts += 1;
-            bcast = end - stepped.unwrap_or(t0);
-        }
-        assert_eq!(
-            (r.steps, r.broadcast),
-            (u64::from(step_due), next_bcast <= now),
-            "the wake runs what the shell's grids say is due"
-        );
+        let t0 = Clock::start();
+        let ran = self.room.advance(self.now, &mut self.out);
+        let took = t0.elapsed();
+        self.tick = self.room.tick();
         self.absorb();
-        (sim, bcast)
+        (took, ran)
     }
 
     /// Wakes until `steps` more simulation steps have run.
@@ -347,8 +369,8 @@ fn tick_report() {
         )
     };
     println!(
-        "room tick (one wake of the room: the 50 Hz step and/or the 20 Hz broadcast due; \
-         {ticks} steps measured after 100)"
+        "room tick (one wake of the room on the core's wake grid: the 50 Hz step, the 20 Hz \
+         broadcast and/or the 10 ms frame group due; {ticks} steps measured after 100)"
     );
     println!(
         "{:>6} {:>8} {:>4} | {:>9} {:>9} {:>9} {:>9} | {:>12} {:>12} | {:>12} {:>9}",
@@ -359,27 +381,30 @@ fn tick_report() {
         "p50",
         "p99",
         "max",
-        "simulate avg",
-        "sim p99",
-        "bcast mean",
-        "bcast p99"
+        "step-wake avg",
+        "p99",
+        "bcast-wake avg",
+        "p99"
     );
     let mut prev: Option<(usize, CapacityTier, f64)> = None;
     for &(n, tier) in cases.iter().filter(|c| wanted(c.0) && wanted_tier(c.1)) {
         let mut sim = Sim::new(n, tier, 0x5eed + n as u64);
         sim.run_steps(100);
-        let mut total = Vec::with_capacity(ticks * 2);
+        let mut total = Vec::with_capacity(ticks * 3);
         let mut sims = Vec::with_capacity(ticks);
         let mut bcasts = Vec::with_capacity(ticks);
         let until = sim.tick + ticks as u64;
         while sim.tick < until {
-            let (s, b) = sim.tick();
-            total.push(s + b);
-            if !s.is_zero() {
-                sims.push(s);
+            let (took, ran) = sim.tick();
+            if !ran.ran() {
+                continue;
             }
-            if !b.is_zero() {
-                bcasts.push(b);
+            total.push(took);
+            if ran.steps > 0 {
+                sims.push(took);
+            }
+            if ran.broadcast {
+                bcasts.push(took);
             }
         }
         let (t, s, b) = (dist(total), dist(sims), dist(bcasts));

@@ -74,12 +74,11 @@ pub struct RoomConfig {
     pub tier_bands_m: [f32; 3],
     /// Inputs a member may have queued between two ticks; older ones are dropped beyond it.
     pub max_pending_inputs: usize,
-    /// From this many members on, a broadcast's frames are spread over the steps that follow it
-    /// (0: never). Members are split into `1 + tick_hz / broadcast_hz` groups by entity id; a
-    /// broadcast encodes the first group's frames, each of the next simulation steps one more
-    /// group (of the state at that step), and the next broadcast first finishes any group still
-    /// due. Every member still gets one frame per broadcast period, always at the same phase of
-    /// it; the cost of a step is bounded by a group instead of the whole room.
+    /// From this many members on, a broadcast's frames are spread over its period (0: never).
+    /// Members are split by entity id into one group per 10 ms of the period (five at 20 Hz);
+    /// the room wakes in the middle of each 10 ms slot to encode one group's frames (of the
+    /// latest step's state). Every member gets its frames exactly one broadcast period apart,
+    /// always at the same phase; a wake costs a group instead of the whole room.
     pub spread_from_members: u32,
     /// Threads that encode one step's frames (the room's own and scoped helpers), used when
     /// there are at least 64 frames per thread; 1 (the default) encodes on the room's thread

@@ -2,7 +2,7 @@
 //! and encodes each member's frame (on scoped threads when [`crate::RoomConfig::encode_threads`] says
 //! so and the pass is large enough).
 //!
-//! Performance: runs every broadcast and, in a spread room, every step.
+//! Performance: runs every broadcast and, in a spread room, at every group slot.
 
 use plaza_proto::frame::{EntityRecord, OwnState, Visible};
 use plaza_proto::quant::{ANIM_INSTANT, Pose, prop_orientation, quantize};
@@ -13,9 +13,10 @@ use crate::{Member, Outbound, Room, RoomStats, SessionId};
 
 impl Room {
     /// Start a broadcast period: every member gets one frame of the current state, at once or
-    /// (from [`crate::RoomConfig::spread_from_members`] members on) spread over this call and the
-    /// simulation steps that follow it. Frames of the previous period that are still due go
-    /// first.
+    /// (from [`crate::RoomConfig::spread_from_members`] members on) spread over the group wakes
+    /// of the period ([`crate::WakeGrid`]; [`Room::advance`] encodes them, this call only
+    /// builds the period's interest index). Frames of the previous period that are still due
+    /// go first.
     ///
     /// Performance: runs every broadcast.
     pub(crate) fn broadcast(&mut self, out: &mut Vec<Outbound>) {
@@ -36,13 +37,34 @@ impl Room {
         self.mark_instants();
         let spread = self.cfg.spread_from_members > 0
             && self.members.len() >= self.cfg.spread_from_members as usize;
-        self.groups = if spread {
-            (1 + self.cfg.tick_hz / self.cfg.broadcast_hz.max(1)).clamp(1, 16)
+        self.period_start_ms = self.now_ms;
+        if spread {
+            // Every group at its own wake (the first half a slot from now).
+            self.groups = crate::schedule::group_count(&self.cfg);
+            self.next_group = 0;
         } else {
-            1
-        };
-        self.next_group = 1;
-        self.encode_frames(0..1, out);
+            self.groups = 1;
+            self.next_group = 1;
+            self.encode_frames(0..1, out);
+        }
+    }
+
+    /// Encode the groups of the current broadcast period from the next one still due through
+    /// group `last` (clamped to the period's groups), in one pass; the arena is rebuilt first
+    /// when a step ran since it was built (a group slot between steps reuses it).
+    /// Returns the number of groups encoded.
+    pub(crate) fn encode_groups_through(&mut self, last: u32, out: &mut Vec<Outbound>) -> u32 {
+        let end = last.saturating_add(1).min(self.groups);
+        if self.next_group >= end {
+            return 0;
+        }
+        let from = self.next_group;
+        self.next_group = end;
+        if self.arena_tick != self.tick {
+            self.build_arena();
+        }
+        self.encode_frames(from..end, out);
+        end - from
     }
 
     /// Avatars in the arena (they come first, props after them).

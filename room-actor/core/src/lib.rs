@@ -29,9 +29,10 @@
 //! Joins, leaves and inputs are queued and applied at the next tick, in arrival order. A step
 //! runs, in order: joins and leaves; movements (per member, in session order); every other
 //! input (interactions, consent, emotes, scenes) in the order the room received it across all
-//! members; consent timeouts; the physics step; the scenes' end-of-tick actions; then, in a room
-//! whose broadcasts are spread ([`RoomConfig::spread_from_members`]), the frames of the group
-//! due at this step.
+//! members; consent timeouts; the physics step; the scenes' end-of-tick actions. In a room whose
+//! broadcasts are spread ([`RoomConfig::spread_from_members`]), [`Room::advance`] encodes each
+//! member group's frames at its own slot of the broadcast period (see [`WakeGrid`]), after the
+//! step due at the same wake.
 
 pub mod admin;
 pub mod consent;
@@ -55,7 +56,7 @@ mod schedule;
 pub use config::{CapacityTier, RoomConfig, RoomRegistry, RoomRule, glob_match};
 pub use io::{Input, JoinRefusal, MoveInput, Outbound, RejectReason, RoomStats, SessionId};
 pub use plaza_physics::{RoomDefinition, SpawnPoint};
-pub use schedule::{Advanced, DEFAULT_MAX_CATCH_UP, Due};
+pub use schedule::{Advanced, DEFAULT_MAX_CATCH_UP, Due, GROUP_SLOT_MS, WakeGrid, group_count};
 
 use std::collections::{BTreeMap, VecDeque};
 
@@ -176,6 +177,9 @@ pub struct Room {
     groups: u32,
     /// The next group of the current period still to encode (`groups`: none left).
     next_group: u32,
+    /// Room time (ms) of the broadcast that started the current period ([`Room::step`]'s
+    /// group slots count from it).
+    period_start_ms: u64,
     /// Reused per encode pass: arena index of each avatar id, `u32::MAX` for none.
     slot: Vec<u32>,
     /// Reused per encode pass: each avatar's quantized position in metres, by arena index.
@@ -261,6 +265,7 @@ impl Room {
             index: InterestIndex::default(),
             groups: 1,
             next_group: 1,
+            period_start_ms: 0,
             slot: Vec::new(),
             pos_m: Vec::new(),
             frame_buf: Vec::new(),

@@ -1321,63 +1321,50 @@ mod spread {
             spread_from_members: 8,
             ..RoomConfig::default()
         };
-        let mut room = room_with(40, cfg);
+        let mut room = Room::new("spread", cfg);
+        for s in 1..=40 {
+            room.join(s);
+        }
         let mut decoders = BTreeMap::new();
-        // The shell's schedule: steps every 20 ms, broadcasts every 50 ms on their own grid, the
-        // step first when both are due.
-        let (mut steps, mut bcasts) = (1u64, 0u64);
-        // Frames per session since the last broadcast call; the wake (0: the broadcast's own)
-        // at which each session got its frame in the last complete period.
+        // The shell's schedule: the core's wake grid (steps every 20 ms, broadcasts every
+        // 50 ms, group slots every 10 ms while spread), the step first when both are due.
+        let grid = WakeGrid::new(room.config());
+        let mut now = std::time::Duration::ZERO;
+        // Frames per session in the current period; the slot (0: the broadcast's own) at which
+        // each session got its frame.
         let mut period: BTreeMap<SessionId, u32> = BTreeMap::new();
-        let mut wake_in_period = 0u32;
-        let mut phase_of: BTreeMap<SessionId, u32> = BTreeMap::new();
+        let mut phase_of: BTreeMap<SessionId, u64> = BTreeMap::new();
         let mut periods_checked = 0;
-        while steps < 200 {
-            let next_step = (steps + 1) * 20;
-            let next_bcast = (bcasts + 1) * 50;
-            let now = next_step.min(next_bcast);
-            let mut out = Vec::new();
-            let mut step_out = Vec::new();
-            if next_step == now {
-                steps += 1;
-                moves(&mut room, steps);
-                room.simulate(now, &mut step_out);
-            }
-            for (s, n) in deliver(&step_out, &mut decoders) {
-                *period.entry(s).or_default() += n;
-                if bcasts > 1 {
-                    let phase = *phase_of.entry(s).or_insert(wake_in_period);
-                    assert_eq!(phase, wake_in_period, "session {s} keeps its phase");
-                }
-            }
-            if next_bcast == now {
-                bcasts += 1;
-                if bcasts > 1 {
-                    // A complete period: one frame for every member, none left for the flush.
-                    assert_eq!(period.len(), 40, "every member got a frame");
-                    assert!(period.values().all(|n| *n == 1), "{period:?}");
-                    periods_checked += 1;
-                }
+        while room.tick() < 200 {
+            now = grid.next_after(now, room.wakes_on_group_grid());
+            let now_ms = now.as_millis() as u64;
+            if now_ms.is_multiple_of(50) && now_ms > 50 {
+                // A complete period: one frame for every member, none left for the flush.
+                assert_eq!(period.len(), 40, "every member got a frame");
+                assert!(period.values().all(|n| *n == 1), "{period:?}");
+                periods_checked += 1;
                 period.clear();
-                wake_in_period = 0;
-                room.broadcast(&mut out);
-                for (s, n) in deliver(&out, &mut decoders) {
-                    *period.entry(s).or_default() += n;
-                    if bcasts > 1 {
-                        let phase = *phase_of.entry(s).or_insert(0);
-                        assert_eq!(phase, 0, "session {s} keeps its phase");
-                    }
-                }
             }
-            wake_in_period += 1;
+            if now_ms.is_multiple_of(20) {
+                let next = room.tick() + 1;
+                moves(&mut room, next);
+            }
+            let mut out = Vec::new();
+            room.advance(now, &mut out);
+            for (s, n) in deliver(&out, &mut decoders) {
+                *period.entry(s).or_default() += n;
+                let slot = now_ms % 50 / 10;
+                let phase = *phase_of.entry(s).or_insert(slot);
+                assert_eq!(phase, slot, "session {s} keeps its phase");
+            }
         }
         assert!(periods_checked >= 70, "{periods_checked}");
-        // The work is spread: every phase (the broadcast and the two steps after it) has members.
-        let mut per_phase = [0; 3];
+        // The work is spread: every slot of the period has members.
+        let mut per_phase = [0; 5];
         for p in phase_of.values() {
-            per_phase[*p as usize % 3] += 1;
+            per_phase[*p as usize] += 1;
         }
-        assert!(per_phase.iter().all(|n| *n >= 10), "{per_phase:?}");
+        assert!(per_phase.iter().all(|n| *n >= 6), "{per_phase:?}");
         assert_holds_what_encoders_sent(&room, &decoders);
     }
 

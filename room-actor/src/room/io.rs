@@ -1,6 +1,8 @@
 //! The room actor's I/O adapters for its host: the session channel as an outlet, tokio's clock,
 //! the ticker, the wall clock, the `Detach` message and the audit appends.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use plaza_directory::SharedDirectory;
@@ -39,31 +41,29 @@ impl host::Clock for ShellClock {
     }
 }
 
-/// Wakes the room at every simulation step and every broadcast, each on its own evenly spaced
-/// grid, so broadcasts go out every 50 ms rather than alternating 40/60 ms on the 20 ms step
-/// grid. A late wake is not repeated: the room catches up from the time.
+/// Wakes the room at the times of the core's [`plaza_room_core::WakeGrid`]: every simulation
+/// step and every broadcast, each on its own evenly spaced grid (so broadcasts go out every
+/// 50 ms rather than alternating 40/60 ms on the 20 ms step grid), and every group slot while
+/// `spread` says the room's frames are spread (the shell stores
+/// [`plaza_room_core::Room::wakes_on_group_grid`] there after each tick). A late wake is not
+/// repeated: the room catches up from the time.
 pub(super) fn spawn_ticker(
     me: ActorRef<RoomMsg>,
     started: Instant,
     cfg: &plaza_room_core::RoomConfig,
+    spread: Arc<AtomicBool>,
 ) -> JoinHandle<()> {
-    let step = Duration::from_secs_f64(1.0 / f64::from(cfg.tick_hz.max(1)));
-    let bcast = Duration::from_secs_f64(1.0 / f64::from(cfg.broadcast_hz.max(1)));
+    let grid = plaza_room_core::WakeGrid::new(cfg);
     tokio::spawn(async move {
-        let (mut next_step, mut next_bcast) = (started + step, started + bcast);
+        let mut next = started + grid.next_after(Duration::ZERO, spread.load(Ordering::Relaxed));
         loop {
-            let next = next_step.min(next_bcast);
             tokio::time::sleep_until(next).await;
             let now = Instant::now();
-            while next_step <= now {
-                next_step += step;
-            }
-            while next_bcast <= now {
-                next_bcast += bcast;
-            }
             if me.cast(RoomMsg::Tick).is_err() {
                 break;
             }
+            let since = now.saturating_duration_since(started);
+            next = started + grid.next_after(since, spread.load(Ordering::Relaxed));
         }
     })
 }
