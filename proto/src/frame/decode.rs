@@ -211,7 +211,13 @@ impl FrameDecoder {
             out.changed.push(rec.id);
         }
         r.finish()?;
-        merge_in_place(&mut self.next, &self.fresh);
+        if self.next.is_empty() {
+            // A keyframe (or nothing kept): the new entities are the set; the scratch keeps
+            // the empty vector, so it stays as small as a delta's new entities.
+            std::mem::swap(&mut self.next, &mut self.fresh);
+        } else {
+            merge_in_place(&mut self.next, &self.fresh);
+        }
         if self.next.windows(2).any(|w| w[0].rec.id >= w[1].rec.id) {
             return Err(FrameError::Malformed("duplicate id"));
         }
