@@ -46,7 +46,8 @@ struct Inner {
     closed: bool,
 }
 
-/// The queue, shared by the session (producer) and its writer task (consumer).
+/// The queue between the session's producers (the node stream, the gateway's own messages) and
+/// the socket's write side.
 #[derive(Debug)]
 pub struct OutQueue {
     cap: usize,
@@ -123,6 +124,17 @@ impl OutQueue {
     /// Whether a close was queued.
     pub fn is_closed(&self) -> bool {
         self.inner.lock().closed
+    }
+
+    /// Takes everything queued now (nothing when the queue is empty).
+    pub fn take_all(&self, into: &mut VecDeque<OutItem>) {
+        let mut g = self.inner.lock();
+        if into.is_empty() {
+            // Swap the buffers: neither side allocates once both have grown.
+            std::mem::swap(into, &mut g.items);
+        } else {
+            into.extend(g.items.drain(..));
+        }
     }
 
     /// Takes everything queued, waiting until there is something.

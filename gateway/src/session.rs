@@ -2,20 +2,23 @@
 //!
 //! The core decides (handshake, limits, what to forward, when to re-attach, every refusal); this
 //! shell owns the socket, the node link, the attach in flight with its retries, and executes the
-//! core's effects. A session is two tasks: this one reads the client, the node stream, the
-//! attach in flight and the core's timer in one `select!` — so a session whose room is moving
-//! keeps reading its client, answering pings and applying its limits — and a writer task owns
-//! the socket's sink and drains the session's bounded [`OutQueue`].
+//! core's effects. A session is one task: it reads the client, the node stream, the attach in
+//! flight and the core's timer in one `select!` — so a session whose room is moving keeps
+//! reading its client, answering pings and applying its limits — and writes the session's
+//! bounded [`OutQueue`] to the same socket ([`SocketWriter`]): a room frame costs one channel
+//! send and one task wake from the room to the socket, the socket is not split (no lock between
+//! a reader and a writer half), and every frame queued by the time the socket is written goes
+//! out in one `write`.
 
 use std::collections::VecDeque;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use axum::extract::ws::{CloseFrame, Message, WebSocket};
 use bytes::Bytes;
-use futures_util::stream::{SplitSink, SplitStream};
-use futures_util::{SinkExt as _, StreamExt as _};
+use futures_util::{Sink as _, StreamExt as _};
 use plaza_node_proto::{
     self as node, FrameKind, NodeInbound, NodeOutbound, node_inbound, node_outbound,
 };
@@ -30,6 +33,7 @@ use crate::Shared;
 use crate::auth::{AuthError, Purpose, is_guest};
 use crate::close::CloseCode;
 use crate::edge::Conn;
+use crate::metrics::GatewayMetrics;
 use crate::queue::{OutItem, OutQueue, Pushed};
 use crate::refusal::Refusal;
 use crate::resume::ResumeEntry;
@@ -47,54 +51,157 @@ const JOIN_DEADLINE: Duration = Duration::from_secs(10);
 /// How often a stall re-attach asks again whether the stalled node's lease lapsed.
 const STALL_RETRY: Duration = Duration::from_millis(250);
 
+/// How many more node messages one wake takes from an in-process stream before the socket is
+/// written (their frames go out in one `write`).
+const NODE_BATCH: usize = 32;
+
 /// Runs one connection to its end.
-pub(crate) async fn run(socket: WebSocket, shared: Arc<Shared>, conn: Arc<Conn>) {
-    let (sink, mut stream) = socket.split();
+pub(crate) async fn run(mut socket: WebSocket, shared: Arc<Shared>, conn: Arc<Conn>) {
     let queue = Arc::new(OutQueue::new(shared.limits.outbound_queue));
-    let writer = tokio::spawn(writer(sink, queue.clone(), shared.clone()));
+    let mut out = SocketWriter::default();
     shared.metrics.sessions.inc();
     let mut s = Session::new(shared.clone(), queue.clone(), conn);
     let span = tracing::info_span!("session", session_id = tracing::field::Empty);
-    let code = s.run(&mut stream).instrument(span.clone()).await;
+    let code = s.run(&mut socket, &mut out).instrument(span.clone()).await;
     if !matches!(code, CloseCode::Normal | CloseCode::GoingAway) {
         span.in_scope(|| tracing::info!(code = code.name(), "session closed"));
     }
     s.finish(code).instrument(span).await;
     shared.metrics.sessions.dec();
     shared.metrics.close(code);
-    // The writer sends the close frame and exits; a dead socket ends it sooner.
-    let _ = tokio::time::timeout(Duration::from_secs(2), writer).await;
+    // What is still queued, then the close frame; a dead socket ends it sooner.
+    let m = &shared.metrics;
+    let _ = tokio::time::timeout(
+        Duration::from_secs(2),
+        std::future::poll_fn(|cx| out.poll_write(cx, &mut socket, &queue, m)),
+    )
+    .await;
 }
 
-async fn writer(mut sink: SplitSink<WebSocket, Message>, q: Arc<OutQueue>, shared: Arc<Shared>) {
-    let mut batch = Vec::new();
-    loop {
-        q.drain(&mut batch).await;
-        for item in batch.drain(..) {
-            match item {
-                OutItem::Frame { bytes, .. } => {
-                    shared.metrics.bytes_out.inc_by(bytes.len() as u64);
-                    shared.metrics.frames_out.inc();
-                    if sink.feed(Message::Binary(bytes)).await.is_err() {
-                        return;
-                    }
+/// The socket's write side, driven by the session's task: items taken from the queue and not
+/// yet handed to the socket, and whether the socket holds frames not yet written out.
+///
+/// Items are taken from the queue all at once (as a separate writer task did), handed to the
+/// socket while it takes them, and flushed with one `write` for all of them.
+#[derive(Default)]
+struct SocketWriter {
+    batch: VecDeque<OutItem>,
+    unflushed: bool,
+    /// The close frame was handed to the socket.
+    closing: bool,
+    /// Writing failed; nothing more is written.
+    failed: bool,
+}
+
+impl SocketWriter {
+    /// Writes what is queued. `Pending` while there is nothing to write or the socket is full
+    /// (the socket then wakes the task); `Ready` once the close frame went out or the socket
+    /// failed, and at every call after.
+    fn poll_write(
+        &mut self,
+        cx: &mut Context<'_>,
+        ws: &mut WebSocket,
+        q: &OutQueue,
+        m: &GatewayMetrics,
+    ) -> Poll<()> {
+        if self.failed {
+            return Poll::Ready(());
+        }
+        let (mut frames, mut bytes) = (0u64, 0u64);
+        let res = self.write_batch(cx, ws, q, &mut frames, &mut bytes);
+        if frames > 0 {
+            m.frames_out.inc_by(frames);
+            m.bytes_out.inc_by(bytes);
+        }
+        if res.is_ready() {
+            self.failed = true;
+        }
+        res
+    }
+
+    fn write_batch(
+        &mut self,
+        cx: &mut Context<'_>,
+        ws: &mut WebSocket,
+        q: &OutQueue,
+        frames: &mut u64,
+        bytes: &mut u64,
+    ) -> Poll<()> {
+        let mut ws = Pin::new(ws);
+        loop {
+            if self.closing {
+                return ws.as_mut().poll_close(cx).map(|_| ());
+            }
+            // Nothing more is taken from the queue until what the socket holds is written: a
+            // client that does not read fills the queue (and overflows it), not the socket's
+            // buffer.
+            if self.unflushed {
+                match ws.as_mut().poll_flush(cx) {
+                    Poll::Ready(Ok(())) => self.unflushed = false,
+                    Poll::Ready(Err(_)) => return Poll::Ready(()),
+                    Poll::Pending => return Poll::Pending,
                 }
-                OutItem::Close(code, reason) => {
-                    let _ = sink
-                        .send(Message::Close(Some(CloseFrame {
+            }
+            if self.batch.is_empty() {
+                q.take_all(&mut self.batch);
+                if self.batch.is_empty() {
+                    return Poll::Pending;
+                }
+            }
+            while !self.batch.is_empty() {
+                match ws.as_mut().poll_ready(cx) {
+                    Poll::Ready(Ok(())) => {}
+                    Poll::Ready(Err(_)) => return Poll::Ready(()),
+                    // Full: `poll_ready` flushes and wakes the task when it drained.
+                    Poll::Pending => return Poll::Pending,
+                }
+                match self.batch.pop_front() {
+                    Some(OutItem::Frame { bytes: b, .. }) => {
+                        *frames += 1;
+                        *bytes += b.len() as u64;
+                        if ws.as_mut().start_send(Message::Binary(b)).is_err() {
+                            return Poll::Ready(());
+                        }
+                        self.unflushed = true;
+                    }
+                    Some(OutItem::Close(code, reason)) => {
+                        let _ = ws.as_mut().start_send(Message::Close(Some(CloseFrame {
                             code,
                             reason: reason.into(),
-                        })))
-                        .await;
-                    let _ = sink.close().await;
-                    return;
+                        })));
+                        self.closing = true;
+                        break;
+                    }
+                    None => break,
                 }
             }
         }
-        if sink.flush().await.is_err() {
-            return;
-        }
     }
+}
+
+/// What the socket did in one turn of the session's loop.
+enum SocketEvent {
+    /// A client message (or the end of the client's stream).
+    Read(Option<Result<Message, axum::Error>>),
+    /// Writing failed (or the socket closed).
+    WriteEnded,
+}
+
+/// Writes what is queued and reads the next client message, on the one socket.
+async fn socket_io(
+    ws: &mut WebSocket,
+    out: &mut SocketWriter,
+    q: &OutQueue,
+    m: &GatewayMetrics,
+) -> SocketEvent {
+    std::future::poll_fn(|cx| {
+        // A failed writer is reported once; the reads go on until they end too.
+        if !out.failed && out.poll_write(cx, ws, q, m).is_ready() {
+            return Poll::Ready(SocketEvent::WriteEnded);
+        }
+        ws.poll_next_unpin(cx).map(SocketEvent::Read)
+    })
+    .await
 }
 
 /// The session's link to its room node.
@@ -189,7 +296,7 @@ impl Session {
         self.shared_entry = Some((room.to_owned(), entity));
     }
 
-    async fn run(&mut self, stream: &mut SplitStream<WebSocket>) -> CloseCode {
+    async fn run(&mut self, ws: &mut WebSocket, out: &mut SocketWriter) -> CloseCode {
         let mut shutdown = self.shared.shutdown.clone();
         if is_shutdown(&shutdown) {
             return CloseCode::GoingAway;
@@ -200,15 +307,33 @@ impl Session {
         let shutdown = wait_shutdown(&mut shutdown);
         tokio::pin!(shutdown);
         let mut shut = false;
-        // One timer for the connection, moved when the core's deadline moves (a new timer per
-        // message would register and cancel one in the timer wheel for every frame).
+        // One timer for the connection. It is moved only when the core's deadline comes
+        // earlier: every node frame pushes the silence deadline later, and moving the timer for
+        // each would re-register it in the timer wheel per frame. A timer that fires before the
+        // core's (later) deadline is re-armed without waking the core.
         let timer = tokio::time::sleep(Duration::ZERO);
         tokio::pin!(timer);
         let mut armed: Option<Instant> = None;
         loop {
+            // What the last turn queued goes out now (the socket wakes the task while full).
+            let ended = !out.failed
+                && std::future::poll_fn(|cx| {
+                    Poll::Ready(
+                        out.poll_write(cx, ws, &self.queue, &self.shared.metrics)
+                            .is_ready(),
+                    )
+                })
+                .await;
+            if ended {
+                // The socket failed (or closed): the client is gone.
+                let fx = self.core.on_client_closed();
+                if let Some(code) = self.apply(fx).await {
+                    return code;
+                }
+            }
             let deadline = self.core.poll_timeout();
             if let Some(t) = deadline
-                && armed != Some(t)
+                && armed.is_none_or(|a| t < a)
             {
                 timer.as_mut().reset(t);
                 armed = Some(t);
@@ -221,11 +346,11 @@ impl Session {
                     let after = window.mul_f64(rand::random::<f64>());
                     self.core.on_shutdown(after)
                 }
-                m = stream.next() => self.read(m),
-                ev = next_node(&mut self.link) => {
-                    let ev = self.node_event(ev);
-                    self.core.on_node(ev, Instant::now())
-                }
+                ev = socket_io(ws, out, &self.queue, &self.shared.metrics) => match ev {
+                    SocketEvent::Read(m) => self.read(m),
+                    SocketEvent::WriteEnded => self.core.on_client_closed(),
+                },
+                ev = next_node(&mut self.link) => self.node_messages(ev),
                 (res, link) = next_attach(&mut self.attach) => {
                     self.attach = None;
                     if let Some(link) = link {
@@ -245,15 +370,66 @@ impl Session {
                     tracing::info!(session = self.core.session_id(), "kicked by an operator");
                     self.core.on_kick()
                 }
-                _ = &mut timer, if deadline.is_some() => {
+                _ = &mut timer, if armed.is_some() => {
                     armed = None;
-                    self.core.on_timer(Instant::now())
+                    let now = Instant::now();
+                    if self.core.poll_timeout().is_some_and(|t| t <= now) {
+                        self.core.on_timer(now)
+                    } else {
+                        Vec::new()
+                    }
                 }
             };
             if let Some(code) = self.apply(fx).await {
                 return code;
             }
             self.share_resume_entry();
+        }
+    }
+
+    /// Handles what the node stream delivered, then (an in-process stream) what else it holds
+    /// now, up to [`NODE_BATCH`]: a room frame of an attached session goes straight into the
+    /// queue; anything else stops the batch and goes through the core.
+    fn node_messages(&mut self, ev: Option<Result<NodeOutbound, tonic::Status>>) -> Vec<Effect> {
+        let mut ev = ev;
+        let mut taken = 0;
+        loop {
+            let msg = match ev {
+                Some(Ok(msg)) => msg,
+                other => {
+                    let e = self.node_event(other);
+                    return self.core.on_node(e, Instant::now());
+                }
+            };
+            let kind = msg.frame_kind();
+            match msg.body {
+                Some(node_outbound::Body::ServerEnvelope(bytes))
+                    if self.core.on_plain_frame(Instant::now()) =>
+                {
+                    if self.queue.push_frame(bytes, kind) == Pushed::Overflow {
+                        self.shared.metrics.overflows.inc();
+                        return self.core.on_overflow(Instant::now());
+                    }
+                }
+                body => {
+                    let e = self.node_event(Some(Ok(NodeOutbound { body, ..msg })));
+                    return self.core.on_node(e, Instant::now());
+                }
+            }
+            taken += 1;
+            if taken > NODE_BATCH {
+                return Vec::new();
+            }
+            ev = match &mut self.link {
+                Some(NodeLink {
+                    stream: Downlink::Local(rx),
+                    ..
+                }) => match rx.try_recv() {
+                    Ok(m) => Some(Ok(m)),
+                    Err(_) => return Vec::new(),
+                },
+                _ => return Vec::new(),
+            };
         }
     }
 

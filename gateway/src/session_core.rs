@@ -590,6 +590,28 @@ impl SessionCore {
         out
     }
 
+    /// A room frame of the current node stream, when its delivery is all that follows (the
+    /// session is open and attached, its stream not stalled): notes the node was heard and
+    /// returns `true`; the caller queues the frame. `false`: hand it to [`Self::on_node`] as
+    /// [`NodeEvent::Frame`]. The same as `on_node` with a frame, without its `Vec` per frame.
+    pub fn on_plain_frame(&mut self, now: Instant) -> bool {
+        if self.phase != Phase::Open {
+            return false;
+        }
+        match &mut self.link {
+            Link::Attached {
+                heard,
+                stalled: None,
+                ..
+            } => {
+                *heard = now;
+                self.unjoined_since = None;
+                true
+            }
+            _ => false,
+        }
+    }
+
     /// The outbound queue overflowed (the client is behind).
     pub fn on_overflow(&mut self, now: Instant) -> Vec<Effect> {
         let mut out = vec![Effect::KeyframeNeeded];
