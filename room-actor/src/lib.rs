@@ -10,12 +10,16 @@
 //! * [`metrics`]: the node's Prometheus metrics.
 //! * [`admin`]: operator calls on a room (view, mute, close, teleport) and [`NodeControl`]
 //!   (drain without stopping, for the admin API); the room actor's side is `room/admin.rs`.
+//! * `config`: [`NodeConfig`] and [`NodeTls`]; `event_log`: [`EventLog`], the optional log of
+//!   room activations and directory commits that cluster tests check for single activation;
+//!   `grpc_gate`: the bearer-token gate on every gRPC call.
 //! * this module: [`Node`], which binds the gRPC listener, registers in the directory and
-//!   heartbeats, drains (hands rooms off to other nodes) and shuts everything down in order;
-//!   [`EventLog`], the optional log of room activations and directory commits that cluster tests
-//!   check for single activation.
+//!   heartbeats, drains (hands rooms off to other nodes) and shuts everything down in order.
 
 pub mod admin;
+mod config;
+mod event_log;
+mod grpc_gate;
 pub mod handoff;
 pub mod metrics;
 pub mod record;
@@ -25,141 +29,24 @@ pub mod supervisor;
 mod trace;
 mod wire;
 
-use std::io::Write as _;
+pub use config::{NodeConfig, NodeError, NodeTls};
+pub use event_log::EventLog;
+
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
-use plaza_directory::{Epoch, NodeInfo, SharedDirectory};
+use plaza_directory::{NodeInfo, SharedDirectory};
 use plaza_node_proto::room_host_server::RoomHostServer;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+use crate::grpc_gate::{error_chain, require_token};
 use crate::metrics::NodeMetrics;
-use crate::room::RoomActorConfig;
 use crate::service::RoomHostService;
 use crate::supervisor::{Rooms, RoomsArgs};
-
-/// How a node runs.
-#[derive(Clone, Debug)]
-pub struct NodeConfig {
-    /// This node's id (unique in the cluster).
-    pub node_id: String,
-    /// Where the gRPC service listens (`127.0.0.1:0` for an ephemeral port).
-    pub listen: SocketAddr,
-    /// The address gateways dial, if different from the bound one (e.g. a pod DNS name).
-    pub advertise: Option<String>,
-    /// How rooms run.
-    pub room: RoomActorConfig,
-    /// Placement lease TTL.
-    pub lease_ttl: Duration,
-    /// Node heartbeat TTL in the directory (renewed at a third of it).
-    pub heartbeat_ttl: Duration,
-    /// Capacity of each session's outbound channel, frames.
-    pub session_queue: usize,
-    /// Register as `<node_id>.<random boot id>` so a restarted process never renews (and
-    /// commits under) a lease its previous incarnation still holds.
-    pub unique_id: bool,
-    /// Append activations and directory commits to this file (see [`EventLog`]).
-    pub event_log: Option<PathBuf>,
-    /// Every gRPC call must carry `authorization: Bearer <token>` (gateways send it); calls
-    /// without it are refused `UNAUTHENTICATED`. `None` = any caller.
-    pub grpc_token: Option<String>,
-    /// Serve gRPC over TLS (and, with a client CA, require gateways' client certificates).
-    /// `None` = plain HTTP/2.
-    pub tls: Option<NodeTls>,
-}
-
-/// The node's gRPC TLS files (PEM): its certificate chain and key, and optionally the CA that
-/// gateways' client certificates must chain to (mTLS).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct NodeTls {
-    /// Certificate chain, leaf first. Its SANs must cover the address the node advertises
-    /// (an IP SAN for an IP, a DNS SAN for a name): gateways check it.
-    pub cert: PathBuf,
-    /// Private key (PKCS#8, PKCS#1 or SEC1).
-    pub key: PathBuf,
-    /// With a client CA, a connection without a client certificate signed by it is refused
-    /// in the TLS handshake, before any call.
-    pub client_ca: Option<PathBuf>,
-}
-
-impl NodeTls {
-    /// Reads the files and builds tonic's server TLS configuration.
-    pub fn server_config(&self) -> Result<tonic::transport::ServerTlsConfig, NodeError> {
-        let read = |path: &Path| {
-            std::fs::read(path).map_err(|source| NodeError::TlsFile {
-                path: path.to_path_buf(),
-                source,
-            })
-        };
-        let identity = tonic::transport::Identity::from_pem(read(&self.cert)?, read(&self.key)?);
-        let mut cfg = tonic::transport::ServerTlsConfig::new().identity(identity);
-        if let Some(ca) = &self.client_ca {
-            cfg = cfg.client_ca_root(tonic::transport::Certificate::from_pem(read(ca)?));
-        }
-        Ok(cfg)
-    }
-}
-
-impl Default for NodeConfig {
-    fn default() -> Self {
-        Self {
-            node_id: "node-1".into(),
-            listen: ([127, 0, 0, 1], 0).into(),
-            advertise: None,
-            room: RoomActorConfig::default(),
-            lease_ttl: Duration::from_secs(10),
-            heartbeat_ttl: Duration::from_secs(10),
-            session_queue: 64,
-            unique_id: true,
-            event_log: None,
-            grpc_token: None,
-            tls: None,
-        }
-    }
-}
-
-/// Errors starting a node.
-#[derive(Debug, thiserror::Error)]
-pub enum NodeError {
-    /// The listener could not be bound.
-    #[error("bind {addr}: {source}")]
-    Bind {
-        /// The address.
-        addr: SocketAddr,
-        /// Why.
-        source: std::io::Error,
-    },
-    /// The supervisor could not start.
-    #[error(transparent)]
-    Rooms(#[from] supervisor::RoomsError),
-    /// Registration in the directory failed.
-    #[error("directory: {0}")]
-    Directory(#[from] plaza_directory::DirectoryError),
-    /// A TLS file could not be read.
-    #[error("node TLS file {path}: {source}")]
-    TlsFile {
-        /// The file.
-        path: PathBuf,
-        /// Why.
-        source: std::io::Error,
-    },
-    /// The TLS certificate, key or client CA is not usable.
-    #[error("node TLS: {0}")]
-    Tls(String),
-    /// The event log could not be opened.
-    #[error("event log {path}: {source}")]
-    EventLog {
-        /// The file.
-        path: PathBuf,
-        /// Why.
-        source: std::io::Error,
-    },
-}
 
 /// A running node.
 pub struct Node {
@@ -211,11 +98,7 @@ impl Node {
                 .tls_config(tls.server_config()?)
                 .map_err(|e| NodeError::Tls(error_chain(&e)))?;
         }
-        let node_id = if cfg.unique_id {
-            format!("{}.{:08x}", cfg.node_id, rand_u32())
-        } else {
-            cfg.node_id.clone()
-        };
+        let node_id = config::registered_id(&cfg);
         let events = match &cfg.event_log {
             Some(path) => EventLog::open(path).map_err(|source| NodeError::EventLog {
                 path: path.clone(),
@@ -433,136 +316,6 @@ impl NodeControl {
                 return handed;
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    }
-}
-
-/// A random `u32` from the std hasher's per-process random keys (no extra dependency).
-fn rand_u32() -> u32 {
-    use std::hash::{BuildHasher as _, Hasher as _};
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u128(
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos()),
-    );
-    h.finish() as u32
-}
-
-/// An append-only text log of room activations and directory commits, one line per event,
-/// for checking single activation across processes after a run. Disabled unless a path is
-/// given (`plaza node --event-log PATH`). Lines (times are Unix milliseconds):
-///
-/// ```text
-/// activate ROOM ERA.COUNTER NODE AT_MS
-/// commit ROOM ERA.COUNTER SENT_MS DONE_MS WHAT
-/// release ROOM ERA.COUNTER NODE AT_MS
-/// handoff ROOM ERA.COUNTER put|taken MEMBERS AT_MS
-/// ```
-///
-/// A `commit` is a directory write of the room that the directory accepted; it took effect at
-/// some instant in `[SENT_MS, DONE_MS]`. Writes are small synchronous appends (a diagnostic,
-/// not a hot path: a few lines per room per second).
-#[derive(Clone, Debug, Default)]
-pub struct EventLog {
-    file: Option<Arc<std::sync::Mutex<std::fs::File>>>,
-}
-
-impl EventLog {
-    /// A log that records nothing.
-    pub fn disabled() -> Self {
-        Self { file: None }
-    }
-
-    /// Appends to `path` (created if missing).
-    pub fn open(path: &Path) -> std::io::Result<Self> {
-        let f = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(path)?;
-        Ok(Self {
-            file: Some(Arc::new(std::sync::Mutex::new(f))),
-        })
-    }
-
-    /// A room activation under `epoch` on `node`.
-    pub fn activate(&self, room: &str, epoch: Epoch, node: &str) {
-        self.line(format_args!("activate {room} {epoch} {node} {}", now_ms()));
-    }
-
-    /// An accepted directory write of `room` under `epoch`.
-    pub fn commit(&self, room: &str, epoch: Epoch, sent_ms: u64, done_ms: u64, what: &str) {
-        self.line(format_args!(
-            "commit {room} {epoch} {sent_ms} {done_ms} {what}"
-        ));
-    }
-
-    /// The lease of `epoch` was given up.
-    pub fn release(&self, room: &str, epoch: Epoch, node: &str) {
-        self.line(format_args!("release {room} {epoch} {node} {}", now_ms()));
-    }
-
-    /// A handoff state was stored (`put`) or taken over (`taken`).
-    pub fn handoff(&self, room: &str, epoch: Epoch, what: &str, members: usize) {
-        self.line(format_args!(
-            "handoff {room} {epoch} {what} {members} {}",
-            now_ms()
-        ));
-    }
-
-    fn line(&self, args: std::fmt::Arguments<'_>) {
-        let Some(f) = &self.file else { return };
-        let text = format!("{args}\n");
-        let mut g = f.lock().unwrap_or_else(|e| e.into_inner());
-        if let Err(e) = g.write_all(text.as_bytes()) {
-            tracing::warn!(error = %e, "event log write failed");
-        }
-    }
-}
-
-fn now_ms() -> u64 {
-    room::unix_ms()
-}
-
-/// An error and its sources, `: `-joined.
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut cur = e.source();
-    while let Some(c) = cur {
-        s.push_str(": ");
-        s.push_str(&c.to_string());
-        cur = c.source();
-    }
-    s
-}
-
-/// The node's gRPC gate: with a token configured, every call must carry
-/// `authorization: Bearer <token>` (compared in constant time), else `UNAUTHENTICATED`.
-fn require_token(
-    token: Option<String>,
-) -> impl FnMut(tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> + Clone {
-    move |req: tonic::Request<()>| {
-        let Some(token) = &token else {
-            return Ok(req);
-        };
-        let presented = req
-            .metadata()
-            .get("authorization")
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "))
-            .unwrap_or("");
-        let same = presented.len() == token.len()
-            && presented
-                .bytes()
-                .zip(token.bytes())
-                .fold(0u8, |acc, (a, b)| acc | (a ^ b))
-                == 0;
-        if same {
-            Ok(req)
-        } else {
-            Err(tonic::Status::unauthenticated(
-                "this node requires the cluster's node.grpc_token",
-            ))
         }
     }
 }
