@@ -13,88 +13,26 @@
 //! directory under the room's epoch, and stops the room; its sessions' streams end, so gateways
 //! re-attach them to the room's next activation on another node, which takes the handoff.
 
-use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Duration;
 
-use plaza_directory::{DirectoryError, RoomLease, SharedDirectory};
+use plaza_directory::{DirectoryError, RoomLease};
 use plaza_node_proto::Handoff;
 use prost::Message as _;
-use ractor::{
-    Actor, ActorCell, ActorId, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent,
-};
+use ractor::{Actor, ActorCell, ActorId, ActorProcessingErr, ActorRef, SupervisionEvent};
 
-use crate::EventLog;
+mod args;
+mod handle;
+mod table;
+
+pub use args::{RoomsArgs, RoomsError, RoomsMsg};
+pub use handle::Rooms;
+use table::{Admit, RoomTable};
+
 use crate::handoff::{self, HandedOffMember};
-use crate::metrics::NodeMetrics;
-use crate::room::{Activation, RoomActor, RoomActorConfig, RoomArgs, RoomMsg};
+use crate::room::{Activation, RoomActor, RoomArgs, RoomMsg};
 
 /// A room's holder stops committing `ttl / LEASE_MARGIN_DIVISOR` before its lease can lapse.
 pub const LEASE_MARGIN_DIVISOR: u32 = 5;
-
-/// Why a room could not be had.
-#[derive(Debug, thiserror::Error)]
-pub enum RoomsError {
-    /// Another node holds the room's lease.
-    #[error("room is placed on another node")]
-    PlacedElsewhere,
-    /// This node is draining and takes no new rooms.
-    #[error("node is draining")]
-    Draining,
-    /// The directory could not be reached.
-    #[error("directory: {0}")]
-    Directory(#[from] DirectoryError),
-    /// The room actor failed to start.
-    #[error("room failed to start: {0}")]
-    Spawn(String),
-}
-
-/// Messages of the room supervisor.
-#[derive(Debug)]
-pub enum RoomsMsg {
-    /// The actor of `room`, spawned if it has none.
-    GetOrSpawn {
-        /// Room id.
-        room: String,
-        /// Answer.
-        reply: RpcReplyPort<Result<ActorRef<RoomMsg>, RoomsError>>,
-    },
-    /// The actor of `room` if it is live here (never spawns).
-    Get {
-        /// Room id.
-        room: String,
-        /// Answer.
-        reply: RpcReplyPort<Option<ActorRef<RoomMsg>>>,
-    },
-    /// The ids of the live rooms.
-    List {
-        /// Answer.
-        reply: RpcReplyPort<Vec<String>>,
-    },
-    /// Take no new rooms from now on.
-    SetDraining(bool),
-    /// Drain: take no new rooms, hand every room off and stop it; answers how many.
-    Drain {
-        /// Answer.
-        reply: RpcReplyPort<usize>,
-    },
-}
-
-/// Arguments of the supervisor.
-pub struct RoomsArgs {
-    /// This node's id.
-    pub node_id: String,
-    /// How rooms run.
-    pub room_cfg: RoomActorConfig,
-    /// Metrics.
-    pub metrics: NodeMetrics,
-    /// The directory.
-    pub directory: SharedDirectory,
-    /// Placement lease TTL.
-    pub lease_ttl: Duration,
-    /// Where activations and commits are logged.
-    pub events: EventLog,
-}
 
 /// The room supervisor actor.
 #[derive(Debug)]
@@ -109,12 +47,8 @@ struct LiveRoom {
 /// The supervisor's state.
 pub struct RoomsState {
     args: RoomsArgs,
-    rooms: HashMap<String, LiveRoom>,
-    by_actor: HashMap<ActorId, String>,
-    draining: bool,
-    /// The epoch of each room's last activation on this node that ended. A new activation must
-    /// not run under it: the old activation's writer releases that lease after its last write.
-    retired: HashMap<String, plaza_directory::Epoch>,
+    /// The live rooms, the drain flag and the retired epochs.
+    table: RoomTable<ActorId, LiveRoom>,
 }
 
 impl Actor for RoomsSupervisor {
@@ -129,10 +63,7 @@ impl Actor for RoomsSupervisor {
     ) -> Result<RoomsState, ActorProcessingErr> {
         Ok(RoomsState {
             args,
-            rooms: HashMap::new(),
-            by_actor: HashMap::new(),
-            retired: HashMap::new(),
-            draining: false,
+            table: RoomTable::default(),
         })
     }
 
@@ -151,16 +82,14 @@ impl Actor for RoomsSupervisor {
                 let _ = reply.send(res);
             }
             RoomsMsg::Get { room, reply } => {
-                let _ = reply.send(state.rooms.get(&room).map(|l| l.actor.clone()));
+                let _ = reply.send(state.table.get(&room).map(|l| l.actor.clone()));
             }
             RoomsMsg::List { reply } => {
-                let mut ids: Vec<String> = state.rooms.keys().cloned().collect();
-                ids.sort();
-                let _ = reply.send(ids);
+                let _ = reply.send(state.table.ids());
             }
-            RoomsMsg::SetDraining(d) => state.draining = d,
+            RoomsMsg::SetDraining(d) => state.table.set_draining(d),
             RoomsMsg::Drain { reply } => {
-                state.draining = true;
+                state.table.set_draining(true);
                 let n = state.drain().await;
                 let _ = reply.send(n);
             }
@@ -198,24 +127,23 @@ impl RoomsState {
         room: &str,
         supervisor: ActorCell,
     ) -> Result<ActorRef<RoomMsg>, RoomsError> {
-        if let Some(live) = self.rooms.get(room) {
-            return Ok(live.actor.clone());
-        }
-        if self.draining {
-            return Err(RoomsError::Draining);
+        match self.table.admit(room) {
+            Admit::Live(live) => return Ok(live.actor.clone()),
+            Admit::Draining => return Err(RoomsError::Draining),
+            Admit::Claim => {}
         }
         let lease = self.claim(room).await?;
         // A claim by the node that still holds the lease renews it under the same epoch. If that
         // lease belongs to an activation of ours that just ended (its writer will release it),
         // give it back now and claim afresh: the new activation gets a newer epoch, and the old
         // writer's release is refused as stale instead of releasing the new lease.
-        let lease = if self.retired.get(room) == Some(&lease.epoch()) {
+        let lease = if self.table.is_retired(room, lease.epoch()) {
             let _ = lease.release(&*self.args.directory).await;
             self.claim(room).await?
         } else {
             lease
         };
-        self.retired.remove(room);
+        self.table.claimed(room);
         let a = &self.args;
         let epoch = lease.epoch();
         a.events.activate(room, epoch, &a.node_id);
@@ -271,9 +199,9 @@ impl RoomsState {
         };
         tracing::info!(room, %epoch, "room activated");
         a.metrics.placement("activated");
-        self.by_actor.insert(actor.get_id(), room.to_owned());
-        self.rooms.insert(
-            room.to_owned(),
+        self.table.activated(
+            room,
+            actor.get_id(),
             LiveRoom {
                 actor: actor.clone(),
                 activation,
@@ -307,10 +235,7 @@ impl RoomsState {
     /// answer in time is handed off with members and entities only.
     async fn drain(&mut self) -> usize {
         let mut n = 0;
-        let mut ids: Vec<&String> = self.rooms.keys().collect();
-        ids.sort();
-        for room in ids {
-            let live = &self.rooms[room];
+        for (room, live) in self.table.live() {
             let bytes = match ractor::call_t!(live.actor, RoomMsg::Handoff, 2_000) {
                 Ok(bytes) => bytes,
                 Err(e) => {
@@ -352,13 +277,9 @@ impl RoomsState {
     }
 
     async fn forget(&mut self, cell: &ActorCell, event: &str, why: &str) {
-        let Some(room) = self.by_actor.remove(&cell.get_id()) else {
+        let Some(room) = self.table.forget(&cell.get_id(), |l| l.activation.epoch()) else {
             return;
         };
-        let Some(live) = self.rooms.remove(&room) else {
-            return;
-        };
-        self.retired.insert(room.clone(), live.activation.epoch());
         if event == "failed" {
             tracing::error!(room, why, "room actor failed; other rooms keep running");
         } else {
@@ -366,96 +287,5 @@ impl RoomsState {
         }
         // The room's directory writer releases the lease after its last presence write.
         self.args.metrics.placement(event);
-    }
-}
-
-/// A handle to the room supervisor.
-#[derive(Clone, Debug)]
-pub struct Rooms {
-    actor: ActorRef<RoomsMsg>,
-}
-
-impl Rooms {
-    /// Starts the supervisor.
-    pub async fn start(args: RoomsArgs) -> Result<(Self, tokio::task::JoinHandle<()>), RoomsError> {
-        let (actor, join) = Actor::spawn(None, RoomsSupervisor, args)
-            .await
-            .map_err(|e| RoomsError::Spawn(e.to_string()))?;
-        Ok((Self { actor }, join))
-    }
-
-    /// The actor of `room`, spawned (and claimed in the directory) if it has none.
-    pub async fn get_or_spawn(&self, room: &str) -> Result<ActorRef<RoomMsg>, RoomsError> {
-        let room = room.to_owned();
-        match self
-            .actor
-            .call(
-                |reply| RoomsMsg::GetOrSpawn { room, reply },
-                Some(Duration::from_secs(10)),
-            )
-            .await
-        {
-            Ok(ractor::rpc::CallResult::Success(r)) => r,
-            Ok(_) => Err(RoomsError::Spawn("supervisor timed out".into())),
-            Err(e) => Err(RoomsError::Spawn(e.to_string())),
-        }
-    }
-
-    /// The actor of `room` if it is live on this node (an operator call never activates one).
-    pub async fn get(&self, room: &str) -> Option<ActorRef<RoomMsg>> {
-        let room = room.to_owned();
-        match self
-            .actor
-            .call(
-                |reply| RoomsMsg::Get { room, reply },
-                Some(Duration::from_secs(5)),
-            )
-            .await
-        {
-            Ok(ractor::rpc::CallResult::Success(r)) => r,
-            _ => None,
-        }
-    }
-
-    /// The live rooms.
-    pub async fn list(&self) -> Vec<String> {
-        match self
-            .actor
-            .call(
-                |reply| RoomsMsg::List { reply },
-                Some(Duration::from_secs(5)),
-            )
-            .await
-        {
-            Ok(ractor::rpc::CallResult::Success(v)) => v,
-            _ => Vec::new(),
-        }
-    }
-
-    /// Drains: no new rooms; every room's handoff state is stored and the room stopped.
-    /// Returns how many rooms were handed off.
-    pub async fn drain(&self) -> usize {
-        match self
-            .actor
-            .call(
-                |reply| RoomsMsg::Drain { reply },
-                Some(Duration::from_secs(30)),
-            )
-            .await
-        {
-            Ok(ractor::rpc::CallResult::Success(n)) => n,
-            _ => 0,
-        }
-    }
-
-    /// Take no new rooms.
-    pub fn set_draining(&self, draining: bool) {
-        let _ = self.actor.cast(RoomsMsg::SetDraining(draining));
-    }
-
-    /// Stops the supervisor and every room (children are stopped with it).
-    pub fn stop(&self) {
-        self.actor.stop_children(Some("node stopping".into()));
-        self.actor.stop(Some("node stopping".into()));
     }
 }
