@@ -6,14 +6,15 @@
 //! It also carries out the client protocol's moderator messages (`plaza.v1.OperatorAction`:
 //! kick, mute, unmute, close room) of a session whose attach says its identity has the operator
 //! role, refuses them (`not_operator`) for anyone else, and writes every one, done or refused,
-//! to the `plaza::audit` log target (`RoomHost::on_operator`).
+//! to the `plaza::audit` log target (`RoomHost::on_operator`; the decision, the answer and the
+//! audit line are `admin/operator.rs`, sans I/O).
 
 use std::collections::BTreeMap;
 
 use plaza_directory::Epoch;
 use plaza_node_proto as node;
 use plaza_node_proto::FrameKind;
-use plaza_proto::pb::{self, server_envelope};
+use plaza_proto::pb;
 use plaza_room_core::admin::{
     AdminRefusal, Identity, Moderation, RateWindow, RoomView, TeleportTarget, TickWindow,
     member_session, resolve_teleport, room_view,
@@ -22,6 +23,9 @@ use plaza_room_core::{Input, SessionId};
 use ractor::RpcReplyPort;
 
 use super::host::RoomHost;
+use operator::Step;
+
+mod operator;
 
 /// The message every member of a closed room reads (with `REJECTED`).
 pub const CLOSED_MESSAGE: &str = "room closed by an operator";
@@ -146,69 +150,30 @@ impl RoomHost {
         op: pb::OperatorOp,
         target: String,
     ) {
-        use pb::OperatorOp as Op;
         let Some(link) = self.links.get(&session) else {
             return;
         };
         let (by, operator) = (link.wallet.clone(), link.operator);
-        let outcome: Result<(), &'static str> = if !operator {
-            Err("not_operator")
-        } else {
-            match op {
-                Op::Kick => self
-                    .member(&target)
-                    .map(|victim| self.kick(victim))
-                    .map_err(|_| "not_member"),
-                Op::Mute | Op::Unmute => {
-                    self.member(&target)
-                        .map_err(|_| "not_member")
-                        .and_then(|_| {
-                            if self.admin.moderation.set_muted(&target, op == Op::Mute) {
-                                Ok(())
-                            } else {
-                                Err("not_member")
-                            }
-                        })
-                }
-                Op::CloseRoom => Ok(()),
-                Op::Unspecified => Err("unknown_op"),
+        let step = operator::decide(operator, op, self.member(&target).ok());
+        let close = matches!(step, Ok(Step::Close));
+        let outcome = step.as_ref().map(|_| ()).map_err(|r| *r);
+        let outcome = match step {
+            Ok(Step::Kick(victim)) => {
+                self.kick(victim);
+                outcome
             }
+            Ok(Step::SetMuted(muted)) if !self.admin.moderation.set_muted(&target, muted) => {
+                Err("not_member")
+            }
+            _ => outcome,
         };
-        match outcome {
-            Ok(()) => tracing::info!(
-                target: "plaza::audit",
-                room = %self.room_id,
-                session,
-                wallet = by,
-                op = op.as_str_name(),
-                target,
-                outcome = "done",
-                "operator action"
-            ),
-            Err(reason) => tracing::warn!(
-                target: "plaza::audit",
-                room = %self.room_id,
-                session,
-                wallet = by,
-                op = op.as_str_name(),
-                target,
-                outcome = "refused",
-                reason,
-                "operator action"
-            ),
-        }
+        operator::audit(&self.room_id, session, &by, op, &target, outcome);
         self.send_envelope(
             session,
-            server_envelope::Body::OperatorResult(pb::OperatorResult {
-                in_reply_to: seq,
-                op: op as i32,
-                target_wallet: target,
-                ok: outcome.is_ok(),
-                reason: outcome.err().unwrap_or_default().to_owned(),
-            }),
+            operator::result_body(seq, op, target, outcome),
             FrameKind::Control,
         );
-        if op == Op::CloseRoom && outcome.is_ok() {
+        if close {
             self.close();
             self.request_stop("closed by an operator");
         }
