@@ -157,9 +157,10 @@ fn sans_io_crates_do_not_depend_on_io_crates() {
 /// dependency graph, so a new test file is a module of its crate's binary
 /// (`tests/tests/system/main.rs`, `directory/tests/directory/main.rs`, …), not a binary of its
 /// own. A second one is for what cannot share a process, and says why at its top
-/// (`tests/tests/telemetry.rs`, `directory/tests/loom.rs`).
+/// (`tests/tests/telemetry.rs`, `directory/tests/loom.rs`); a crate with three small files
+/// (`plaza-client`) is not yet worth a module tree, a fourth is.
 #[test]
-fn each_crate_has_at_most_two_integration_test_binaries() {
+fn each_crate_has_at_most_three_integration_test_binaries() {
     let metadata = metadata();
     let members: BTreeSet<&str> = metadata["workspace_members"]
         .as_array()
@@ -185,7 +186,7 @@ fn each_crate_has_at_most_two_integration_test_binaries() {
             .map(|t| t["name"].as_str().expect("name"))
             .collect();
         assert!(
-            tests.len() <= 2,
+            tests.len() <= 3,
             "{} has {} integration-test binaries {tests:?}: make the new file a module of the \
              crate's main test binary",
             p["name"],
