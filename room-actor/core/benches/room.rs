@@ -9,7 +9,10 @@
 //! `ROOM_BENCH_THREADS=2` sets `RoomConfig::encode_threads` (default 1); `ROOM_BENCH_CLOCK=cpu`
 //! times each wake by the thread's CPU time (`/proc/thread-self/schedstat`) instead of the wall
 //! clock, which on a machine shared with other builds leaves out the time the thread waited for
-//! a core (it still pays the caches the others share).
+//! a core (it still pays the caches the others share). `ROOM_BENCH_SPREAD=0` sets
+//! `RoomConfig::spread_from_members` (0: frames never spread); `ROOM_BENCH_BYTES_ONLY=1` prints
+//! the bandwidth table only (with `CI` too, `ROOM_BENCH_N=1000` keeps the 1,000 stadium, and any
+//! other `ROOM_BENCH_N` adds a stadium of that size).
 //!
 //! A tick is one wake of the room as the room actor's shell schedules it: the shell wakes the
 //! room on the core's `WakeGrid` (every 50 Hz simulation step and every 20 Hz broadcast, each on
@@ -152,6 +155,12 @@ impl Sim {
             .and_then(|v| v.parse().ok())
         {
             cfg.encode_threads = t;
+        }
+        if let Some(s) = std::env::var("ROOM_BENCH_SPREAD")
+            .ok()
+            .and_then(|v| v.parse().ok())
+        {
+            cfg.spread_from_members = s;
         }
         let mut room = Room::new("bench", cfg);
         let mut rng = Rng(seed);
@@ -458,8 +467,14 @@ fn bandwidth_report() {
     println!(
         "bytes per client per second through Room ({secs} s measured after 2 s; moves at 10 Hz)"
     );
-    for &(n, tier, floor) in cases {
-        if (ci() && n > 100) || !wanted(n) || !wanted_tier(tier) {
+    let only: Option<usize> = std::env::var("ROOM_BENCH_N")
+        .ok()
+        .and_then(|v| v.parse().ok());
+    let extra = only
+        .filter(|n| !cases.iter().any(|c| c.0 == *n))
+        .map(|n| (n, CapacityTier::Stadium, "-"));
+    for &(n, tier, floor) in cases.iter().chain(extra.iter()) {
+        if (ci() && n > 100 && only != Some(n)) || !wanted(n) || !wanted_tier(tier) {
             continue;
         }
         let mut sim = Sim::new(n, tier, 0xb17e + n as u64);
@@ -533,6 +548,10 @@ fn bench_tick(c: &mut Criterion) {
 
 fn main() {
     // `cargo test --benches` runs this binary without `--bench`: only criterion's quick test.
+    if std::env::var_os("ROOM_BENCH_BYTES_ONLY").is_some() {
+        bandwidth_report();
+        return;
+    }
     if std::env::args().any(|a| a == "--bench") {
         tick_report();
         bandwidth_report();
