@@ -28,7 +28,7 @@ pub struct NodeConfig {
     /// Register as `<node_id>.<random boot id>` so a restarted process never renews (and
     /// commits under) a lease its previous incarnation still holds.
     pub unique_id: bool,
-    /// Append activations and directory commits to this file (see [`EventLog`]).
+    /// Append activations and directory commits to this file (see [`EventLog`](crate::EventLog)).
     pub event_log: Option<PathBuf>,
     /// Every gRPC call must carry `authorization: Bearer <token>` (gateways send it); calls
     /// without it are refused `UNAUTHENTICATED`. `None` = any caller.
