@@ -177,7 +177,7 @@ pub struct Room {
     groups: u32,
     /// The next group of the current period still to encode (`groups`: none left).
     next_group: u32,
-    /// Room time (ms) of the broadcast that started the current period ([`Room::step`]'s
+    /// Room time (ms) of the broadcast that started the current period ([`Room::advance`]'s
     /// group slots count from it).
     period_start_ms: u64,
     /// Reused per encode pass: arena index of each avatar id, `u32::MAX` for none.
