@@ -235,6 +235,10 @@ async fn main() -> anyhow::Result<()> {
     drop(proxies);
     let truth_text = std::fs::read_to_string(&server.poses)
         .with_context(|| format!("reading {}", server.poses.display()))?;
+    if let Some(p) = std::env::var_os("FELT_TRUTH") {
+        // FELT_TRUTH=path: a copy of the recorded authoritative poses, for looking into a run.
+        let _ = std::fs::write(p, &truth_text);
+    }
     drop(server);
     let truth = analysis::read_truth(&truth_text, &args.room);
     let mut all_err = Vec::new();

@@ -89,6 +89,7 @@ pub(crate) async fn observe(
     let mut bound_before_cut: std::collections::BTreeMap<u32, u64> = Default::default();
     let mut cut_seen = false;
     let mut tiers: std::collections::BTreeMap<u32, u8> = Default::default();
+    let mut samples = std::env::var_os("FELT_SAMPLES").and_then(|p| std::fs::File::create(p).ok());
     while Instant::now() < until {
         match c.next(Some(next_render.min(until))).await {
             Polled::Event(e) => {
@@ -105,6 +106,24 @@ pub(crate) async fn observe(
                     Event::Pong { rtt_s } => log.rtts_ms.push(rtt_s * 1000.0),
                     Event::EntityEntered(c) | Event::EntityUpdated(c) => {
                         tiers.insert(c.entity(), c.tier);
+                        if let Some(d) = samples.as_mut() {
+                            // FELT_SAMPLES=path: every record a frame delivered (local arrival
+                            // s, entity, pose tick, tier, x, z, vx, vz), for looking into a run.
+                            use std::io::Write as _;
+                            let p = c.record.pose.to_pose();
+                            let _ = writeln!(
+                                d,
+                                "{},{},{},{},{},{},{},{}",
+                                now - base,
+                                c.entity(),
+                                c.pose_tick,
+                                c.tier,
+                                p.position[0],
+                                p.position[2],
+                                p.velocity[0],
+                                p.velocity[2],
+                            );
+                        }
                     }
                     Event::Closed { .. } => {
                         cut_seen = true;
