@@ -22,8 +22,9 @@
 //! 6. Convex blends when new data moves the model away from what was shown (0.1 s, at most
 //!    5 m/s).
 //! 7. Snaps on a teleport flag, a jump over 5 m, or a gap over 0.20 s while moving.
-//!    A standing sample behind queued moving ones, on their line of travel within the room's
-//!    0.1 s lead, moves them back to the stop: the room led them past it.
+//!    A standing sample behind queued moving ones, within the room's 0.1 s lead along their
+//!    line of travel and one send interval of their travel off it, moves them back to the
+//!    stop: the room led them past it.
 //! 8. Head IK and point-at ease on their own (exponential, 10/s).
 
 use plaza_proto::quant::QuantPose;
@@ -35,8 +36,9 @@ const BLEND_EPSILON_M: f64 = 1e-4;
 /// The room's lead: a frame carries an avatar's last move forward along its velocity for at
 /// most this long (`plaza-room-core`'s `encode::MAX_LEAD_MS`).
 const MAX_LEAD_S: f64 = 0.1;
-/// How far off the line of travel (and how little past the stop) a led pose may be and still
-/// count as led past a stop: a few quantization steps.
+/// Quantization allowance of the unlead rule: positions travel in 1 mm steps and velocities in
+/// 0.05 m/s steps, so a pose led 0.1 s along a quantized velocity is off its line by at most
+/// about 6 mm.
 const LEAD_EPSILON_M: f64 = 0.01;
 
 /// A vector in world units.
@@ -504,11 +506,21 @@ impl Smoother {
     }
 
     /// A stop (the sample at `at` stands) that lies behind the queued moving samples before
-    /// it, on their line of travel and within the room's lead: the room carried those poses
-    /// forward along the last move's velocity to their frame's tick (`PROTOCOL.md` §2.8), past
-    /// the point where the avatar stopped between two moves. They are moved back to the stop
-    /// (at rest), so the replica arrives there instead of overshooting and coming back. Only
-    /// queued samples change; one already passed is what was shown.
+    /// it, within the room's lead: the room carried those poses forward along the last move's
+    /// velocity to their frame's tick (`PROTOCOL.md` §2.8), past the point where the avatar
+    /// stopped. They are moved back to the stop (at rest), so the replica arrives there instead
+    /// of overshooting and coming back. Only queued samples change; one already passed is what
+    /// was shown.
+    ///
+    /// The region follows from the lead's geometry. A led pose is `p + v·L` with the last
+    /// move's pose `p` and `0 ≤ L ≤` [`MAX_LEAD_S`], so the stop lies behind it along `v` by at
+    /// most `|v|·MAX_LEAD_S`. Off that line it lies by what the stopping move itself did
+    /// besides travelling on: a client stopping between two moves stops on the line
+    /// (quantization only), but a move the room's geometry blocked ends where the capsule's
+    /// sweep left it — slid along the obstacle or pushed out of it — and that is at most the
+    /// move's own travel away, `|v|` times one move interval (the send interval: clients move
+    /// at the broadcast rate). Measured (`plaza-felt`, release): the largest start / stop lags
+    /// were such blocked stops at the fountain and the walls, 2.4–9.6 cm off the led line.
     fn unlead_before_stop(&mut self, at: usize) {
         let stop = self.inbox[at];
         if stop.teleport || stop.speed() >= self.cfg.rest_speed {
@@ -525,7 +537,7 @@ impl Smoother {
             let lateral = len(sub(past, scale(q.velocity, along / speed)));
             if along <= LEAD_EPSILON_M
                 || along > speed * MAX_LEAD_S + LEAD_EPSILON_M
-                || lateral > LEAD_EPSILON_M
+                || lateral > speed * self.cfg.send_interval_s.max(0.0) + LEAD_EPSILON_M
             {
                 break;
             }
@@ -968,7 +980,49 @@ mod tests {
         let mut aside = walk(0.1, 0.1, 0.0);
         aside.position[2] = 0.2;
         s.push(aside, 0.18);
-        assert_eq!(s.stats().unled, 0, "the stop is off the line of travel");
+        assert_eq!(
+            s.stats().unled,
+            0,
+            "the stop is further off the line of travel than one send interval of it (0.15 m)"
+        );
+    }
+
+    #[test]
+    fn a_blocked_stop_beside_the_led_line_is_unled() {
+        // Recorded by `plaza-felt` (release, entity 8 at 2.3 s): walking into the fountain at
+        // 2.6 m/s; the frame of tick 115 led the last move 40 ms on, into the rim; the blocked
+        // move stood 2.4 cm beside that line and 9.8 cm behind the led pose.
+        let at = |t: f64, x: f64, z: f64, vx: f64, vz: f64| Sample {
+            position: [x, 0.0, z],
+            velocity: [vx, 0.0, vz],
+            movement_kind: u8::from(vx != 0.0 || vz != 0.0),
+            ..walk(t, 0.0, 0.0)
+        };
+        let mut s = Smoother::default();
+        let mut arrival = 2.1;
+        for (tick, x, z, vx, vz) in [
+            (105, 1.383, -3.359, -0.7, 2.45),
+            (107, 1.354, -3.294, -1.1, 2.0),
+            (110, 1.278, -3.154, -1.1, 2.0),
+            (112, 1.24, -3.092, -1.4, 2.15),
+            (115, 1.144, -2.945, -1.4, 2.15),
+            (117, 1.177, -3.04, 0.0, 0.0),
+            (120, 1.177, -3.04, 0.0, 0.0),
+        ] {
+            s.push(at(f64::from(tick) / 50.0, x, z, vx, vz), arrival);
+            arrival += 0.05;
+        }
+        assert_eq!(s.stats().unled, 1, "the led pose of tick 115");
+        let mut far = 0.0f64;
+        for i in 0..90 {
+            let r = *s.advance(2.1 + f64::from(i) / 60.0).unwrap();
+            // Past the stop along the walk: the overshoot the unlead prevents.
+            let past = (r.position[0] - 1.177) * -0.546 + (r.position[2] + 3.04) * 0.838;
+            far = far.max(past);
+        }
+        assert!(far <= 1e-9, "overshot the stop by {far} m");
+        assert_eq!(s.rendered().position, [1.177, 0.0, -3.04]);
+        assert_eq!(s.stats().snaps, [0; 4]);
     }
 
     #[test]

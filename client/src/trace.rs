@@ -273,10 +273,11 @@ fn walker(t: f64) -> Pose {
                 p.point_at = Some([(25.0 - 1.5 * u) as f32, 1.0, 30.0]);
             }
         } else {
-            // Stopped at x = 27.12, at 7.42 s between two moves: the frame of 7.44 s still
-            // carries the walk on along its velocity (the room's lead) to x = 27.09, past the
-            // stop; the smoother moves it back (`unled`).
-            set(&mut p, [27.12, 0.0, 30.0], [0.0; 3], 0);
+            // Stopped at x = 27.12, at 7.42 s, by geometry: the blocked move slid 4 cm aside
+            // (z = 30.04). The frame of 7.44 s still carries the walk on along its velocity
+            // (the room's lead) to x = 27.09, past the stop and off its line by less than one
+            // send interval of travel; the smoother moves it back (`unled`).
+            set(&mut p, [27.12, 0.0, 30.04], [0.0; 3], 0);
             p.head = Some([0.0, 15.0]);
         }
     }

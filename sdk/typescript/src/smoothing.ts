@@ -30,7 +30,7 @@ const GROUNDED = 1;
 const BLEND_EPSILON_M = 1e-4;
 /** The room's lead: a frame carries an avatar's last move forward along its velocity for at most this long. */
 const MAX_LEAD_S = 0.1;
-/** How far off the line of travel (and how little past the stop) a led pose may be and still count as led past a stop. */
+/** Quantization allowance of the unlead rule (1 mm positions, 0.05 m/s velocities: about 6 mm over a 0.1 s lead). */
 const LEAD_EPSILON_M = 0.01;
 
 /** One authoritative sample of a remote avatar, in world units. */
@@ -306,10 +306,12 @@ export class Smoother {
   }
 
   /**
-   * A stop (the sample at `at` stands) behind the queued moving samples before it, on their
-   * line of travel and within the room's lead: the room carried those poses forward along the
-   * last move's velocity past the point where the avatar stopped between two moves. They are
-   * moved back to the stop (at rest). Only queued samples change.
+   * A stop (the sample at `at` stands) behind the queued moving samples before it, within the
+   * room's lead: the room carried those poses forward along the last move's velocity past the
+   * point where the avatar stopped. They are moved back to the stop (at rest). Only queued
+   * samples change. Along the line the stop lies at most `|v|·MAX_LEAD_S` behind; off it at
+   * most one send interval of travel (a move blocked by geometry ends where the capsule's
+   * sweep left it, slid along or pushed out of the obstacle), plus quantization.
    */
   private unleadBeforeStop(at: number): void {
     const stop = this.inbox[at]!;
@@ -321,7 +323,12 @@ export class Smoother {
       const past = sub(q.position, stop.position);
       const along = dot(past, q.velocity) / sp;
       const lateral = len(sub(past, scale(q.velocity, along / sp)));
-      if (along <= LEAD_EPSILON_M || along > sp * MAX_LEAD_S + LEAD_EPSILON_M || lateral > LEAD_EPSILON_M) break;
+      if (
+        along <= LEAD_EPSILON_M ||
+        along > sp * MAX_LEAD_S + LEAD_EPSILON_M ||
+        lateral > sp * Math.max(this.cfg.sendIntervalS, 0) + LEAD_EPSILON_M
+      )
+        break;
       this.inbox[j] = { ...q, position: [...stop.position], velocity: [0, 0, 0] };
       this.stats.unled += 1;
     }
