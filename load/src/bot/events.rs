@@ -250,13 +250,19 @@ impl Bot {
             return;
         }
         let own = self.own_entity;
-        let decoder = self.conn.decoder();
+        // The changed ids and the held records are both in id order: one walk over the held
+        // set finds every changed record (a binary search per id cost ~1,800 instructions a
+        // frame of 50).
+        let mut held = self.conn.decoder().entities().peekable();
         let samples = &mut self.samples.move_to_seen;
         let moves = frame
             .changed
             .iter()
             .filter(|&&id| Some(id) != own)
-            .filter_map(|&id| decoder.get(id))
+            .filter_map(move |&id| {
+                while held.next_if(|r| r.id < id).is_some() {}
+                held.next_if(|r| r.id == id)
+            })
             .filter(|r| r.kind == 0)
             .map(|r| (r.id, r.pose.position_m()));
         self.room_moves.observe(
@@ -266,6 +272,11 @@ impl Bot {
             &mut self.seen_last,
             |us| samples.push(us),
         );
+        // In a room of 50 a bot matches ~500 moves a second: flushed at a bound, its batch
+        // stays a small buffer instead of a second's worth per bot.
+        if self.samples.move_to_seen.len() >= SAMPLE_BATCH {
+            self.shared.stats.flush(&mut self.samples);
+        }
     }
 
     /// A frame did not apply: counted by kind (the connection sent the `Resync`).

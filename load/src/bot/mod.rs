@@ -64,6 +64,8 @@ const CLIENT_FRAME: Duration = Duration::from_millis(100);
 const READ_BUFFER: usize = 1024;
 /// Samples are flushed every this many client frames.
 const FLUSH_EVERY: u32 = 10;
+/// Samples are also flushed when this many move-to-seen samples wait (memory per bot).
+const SAMPLE_BATCH: usize = 128;
 /// A second `Resync` is sent only if no keyframe came within this time, seconds.
 const RESYNC_RETRY_S: f64 = 2.0;
 
@@ -297,7 +299,9 @@ impl Bot {
         while Instant::now() < deadline && !*self.stop.borrow() {
             let started = Instant::now();
             let resuming = down_since.is_some() && !self.conn.resume_token().is_empty();
-            match self.connect_and_join(resuming, deadline).await {
+            // Boxed: the connect's state (DNS, TCP, the WebSocket upgrade, the handshake) is
+            // the largest of the run's, and inline it sized every bot's task for its whole life.
+            match Box::pin(self.connect_and_join(resuming, deadline)).await {
                 Ok(mut ws) => {
                     let now = Instant::now();
                     if ever_joined {

@@ -1,5 +1,7 @@
 //! [`FrameDecoder`]: the client side of the codec.
 
+use std::cell::RefCell;
+
 use super::fields::*;
 use super::hash::state_hash;
 use super::types::{DecodedFrame, EntityRecord, FrameError, OwnState};
@@ -17,7 +19,10 @@ use crate::quant::QuantPose;
 /// Memory: besides the held set, a frame that removes or adds entities builds the next held
 /// set beside it (fail closed: the held set stays as it was until the frame checked out) and
 /// drops the old one after the swap, so no second held-sized vector stays per decoder between
-/// such frames; new entities are merged in place (a scratch of the new ones only).
+/// such frames; new entities are merged in place. The scratch of a frame (the selection, the
+/// patch of changed entities, the new ones) is the thread's, not the decoder's: a process with
+/// thousands of decoders (`plaza-load`) keeps one per thread instead of one held-sized patch
+/// per decoder.
 #[derive(Clone, Debug, Default)]
 pub struct FrameDecoder {
     held: Vec<Held>,
@@ -25,10 +30,20 @@ pub struct FrameDecoder {
     last_seq: Option<u32>,
     last_tick: u32,
     next: Vec<Held>,
+}
+
+/// What [`FrameDecoder::apply_into`] needs only while it runs.
+#[derive(Debug, Default)]
+struct Scratch {
     /// The frame's new entities before they are merged into `next`.
     fresh: Vec<Held>,
     sel: Vec<u32>,
     patch: Vec<(u32, Held)>,
+}
+
+thread_local! {
+    /// The thread's decoding scratch (a frame is applied without yielding, so one is enough).
+    static SCRATCH: RefCell<Scratch> = RefCell::new(Scratch::default());
 }
 
 impl FrameDecoder {
@@ -50,6 +65,19 @@ impl FrameDecoder {
     /// is what `apply` would return; on an error its contents are unspecified (the held state
     /// is unchanged, as with `apply`).
     pub fn apply_into(&mut self, frame: &[u8], out: &mut DecodedFrame) -> Result<(), FrameError> {
+        SCRATCH.with(|s| match s.try_borrow_mut() {
+            Ok(mut s) => self.apply_with(frame, out, &mut s),
+            // Not reentrant in practice; a fresh scratch keeps it correct if it ever were.
+            Err(_) => self.apply_with(frame, out, &mut Scratch::default()),
+        })
+    }
+
+    fn apply_with(
+        &mut self,
+        frame: &[u8],
+        out: &mut DecodedFrame,
+        sc: &mut Scratch,
+    ) -> Result<(), FrameError> {
         out.changed.clear();
         out.removed.clear();
         out.checked = false;
@@ -123,14 +151,14 @@ impl FrameDecoder {
         // Without removals the changes are read into a patch list and, when nothing arrives
         // either, committed in place (no copy of the held set).
         let patching = out.removed.is_empty();
-        self.patch.clear();
+        sc.patch.clear();
         if patching {
-            read_selection(&mut r, held.len(), &mut self.sel)?;
-            for &s in &self.sel {
+            read_selection(&mut r, held.len(), &mut sc.sel)?;
+            for &s in &sc.sel {
                 let mut h = held[s as usize];
                 read_change(&mut r, &mut h, tick)?;
                 out.changed.push(h.rec.id);
-                self.patch.push((s, h));
+                sc.patch.push((s, h));
             }
         } else {
             // Kept entities, in order; verify every removed id is held.
@@ -146,8 +174,8 @@ impl FrameDecoder {
             if k != out.removed.len() {
                 return Err(FrameError::Malformed("removed id not held"));
             }
-            read_selection(&mut r, self.next.len(), &mut self.sel)?;
-            for &s in &self.sel {
+            read_selection(&mut r, self.next.len(), &mut sc.sel)?;
+            for &s in &sc.sel {
                 let h = &mut self.next[s as usize];
                 read_change(&mut r, h, tick)?;
                 out.changed.push(h.rec.id);
@@ -165,7 +193,7 @@ impl FrameDecoder {
         if patching && n_new == 0 {
             r.finish()?;
             if let Some(expected) = check {
-                let patch = &self.patch;
+                let patch = &sc.patch;
                 let mut next_patch = patch.iter().peekable();
                 let overlay = held
                     .iter()
@@ -186,7 +214,7 @@ impl FrameDecoder {
             if keyframe {
                 self.held.clear();
             }
-            for (s, h) in &self.patch {
+            for (s, h) in &sc.patch {
                 self.held[*s as usize] = *h;
             }
             self.own = own;
@@ -198,25 +226,25 @@ impl FrameDecoder {
             self.next.clear();
             self.next.reserve_exact(held.len() + n_new as usize);
             self.next.extend_from_slice(held);
-            for (s, h) in &self.patch {
+            for (s, h) in &sc.patch {
                 self.next[*s as usize] = *h;
             }
         }
         let mut prev = None;
-        self.fresh.clear();
+        sc.fresh.clear();
         for _ in 0..n_new {
             let (rec, tier) = read_new(&mut r, prev)?;
             prev = Some((rec.id, rec.pose.position_mm));
-            self.fresh.push(Held::new(rec, tier, tick));
+            sc.fresh.push(Held::new(rec, tier, tick));
             out.changed.push(rec.id);
         }
         r.finish()?;
         if self.next.is_empty() {
             // A keyframe (or nothing kept): the new entities are the set; the scratch keeps
             // the empty vector, so it stays as small as a delta's new entities.
-            std::mem::swap(&mut self.next, &mut self.fresh);
+            std::mem::swap(&mut self.next, &mut sc.fresh);
         } else {
-            merge_in_place(&mut self.next, &self.fresh);
+            merge_in_place(&mut self.next, &sc.fresh);
         }
         if self.next.windows(2).any(|w| w[0].rec.id >= w[1].rec.id) {
             return Err(FrameError::Malformed("duplicate id"));
