@@ -24,7 +24,6 @@ use plaza_directory::Epoch;
 use plaza_node_proto::{self as node, FrameKind, NodeOutbound, node_outbound};
 use plaza_proto::pb::{self, server_envelope};
 use plaza_room_core::{Due, JoinRefusal, Outbound, RejectReason, Room, SessionId};
-use prost::Message as _;
 
 use super::RoomActorConfig;
 use super::admin::AdminSide;
@@ -230,6 +229,8 @@ pub(crate) struct RoomHost {
     ran: bool,
     /// The room must stop (the reason).
     stop: Option<&'static str>,
+    /// Encodes every envelope the room sends into shared chunks ([`envelopes`]).
+    envelopes: envelopes::Envelopes,
 }
 
 impl std::fmt::Debug for RoomHost {
@@ -271,6 +272,7 @@ impl RoomHost {
             writes: Vec::new(),
             ran: false,
             stop: None,
+            envelopes: Default::default(),
         }
     }
 
@@ -843,7 +845,7 @@ impl RoomHost {
             sent_at_ms,
             body: Some(body),
         };
-        let msg = NodeOutbound::envelope(env.encode_to_vec(), kind);
+        let msg = NodeOutbound::envelope(self.envelopes.encode(&env), kind);
         match link.tx.offer(msg) {
             Ok(()) => {}
             Err(Refused::Full) => {
@@ -931,6 +933,7 @@ fn reject_to_pb(r: RejectReason) -> pb::RejectReason {
     }
 }
 
+mod envelopes;
 #[cfg(test)]
 mod pair;
 #[cfg(test)]

@@ -573,3 +573,51 @@ fn checkpoints_follow_their_interval_while_the_lease_is_held() {
     sim.run(2_000);
     assert_eq!(n(&sim), 3, "none while the lease is unconfirmed");
 }
+
+/// A room of 50: every member gets every broadcast's frame, its envelopes numbered without a
+/// gap, each one exactly prost's encoding of what it says (the envelopes share chunks). Also
+/// the driver of the instruction counts in `docs/BENCHMARKS.md` (issue 16).
+#[test]
+fn fifty_members_get_every_broadcast_in_order_and_byte_exact() {
+    let mut sim = Sim::new(RoomActorConfig::default());
+    let qs: Vec<Queue> = (0..50).map(|_| Queue::new(4096)).collect();
+    for (i, q) in qs.iter().enumerate() {
+        let n = i as u64 + 1;
+        sim.attach(n, &format!("w{n}"), n, q);
+    }
+    sim.run(200);
+    for q in &qs {
+        q.take();
+    }
+    // 2 s of broadcasts at 20 Hz, read back every 100 ms as the sessions would.
+    let mut per_member = vec![Vec::new(); qs.len()];
+    for _ in 0..20 {
+        sim.run(100);
+        for (i, q) in qs.iter().enumerate() {
+            per_member[i].extend(q.take());
+        }
+    }
+    for got in &per_member {
+        let envs: Vec<(pb::ServerEnvelope, &[u8])> = got
+            .iter()
+            .filter_map(|m| match &m.body {
+                Some(node_outbound::Body::ServerEnvelope(b)) => Some((
+                    pb::ServerEnvelope::decode(b.as_ref()).expect("an envelope"),
+                    b.as_ref(),
+                )),
+                _ => None,
+            })
+            .collect();
+        let frames = envs
+            .iter()
+            .filter(|(e, _)| matches!(e.body, Some(server_envelope::Body::SnapshotFrame(_))))
+            .count();
+        assert_eq!(frames, 40, "one frame per broadcast");
+        for w in envs.windows(2) {
+            assert_eq!(w[1].0.sequence, w[0].0.sequence.wrapping_add(1));
+        }
+        for (env, bytes) in &envs {
+            assert_eq!(*bytes, env.encode_to_vec().as_slice());
+        }
+    }
+}
