@@ -89,6 +89,8 @@ pub struct Replica<B> {
     /// Why it cannot be rendered, if so.
     pub missing_reason: Option<MissingReason>,
     smoother: Smoother,
+    /// Its tier for this client, as the last record carried it.
+    tier: u8,
     teleport_next: bool,
     /// The connection was lost: the next sample restarts the smoother (blended).
     restart: bool,
@@ -376,6 +378,10 @@ impl<B> ReplicaDirectory<B> {
                 }
                 let new_pose = pose_tick != e.pose_tick || restarted || instant;
                 e.record = *rec;
+                if c.tier > e.tier {
+                    e.smoother.expect_gap(tier_gap(&cfg, c.tier));
+                }
+                e.tier = c.tier;
                 if !new_pose {
                     return;
                 }
@@ -430,6 +436,7 @@ impl<B> ReplicaDirectory<B> {
                         stale_reason: None,
                         missing_reason: Some(MissingReason::NoBinding),
                         smoother,
+                        tier: c.tier,
                         teleport_next: false,
                         restart: false,
                         carry: None,
@@ -572,6 +579,12 @@ impl OwnPredictor {
         self.last_acked = c.last_input_sequence;
         self.current = Some([f64::from(p.x), f64::from(p.y), f64::from(p.z)]);
     }
+}
+
+/// The gap between a tier's steady samples: the room sends a tier-`t` entity's steady motion
+/// every `2^t`-th frame (`PROTOCOL.md` §2.8).
+fn tier_gap(cfg: &SmoothingConfig, tier: u8) -> f64 {
+    cfg.send_interval_s * f64::from(1u32 << tier.min(3))
 }
 
 #[cfg(test)]

@@ -14,6 +14,8 @@
 //!    measured, which replaces it) behind a link-delay envelope (the largest
 //!    arrival minus server time); both decay with the avatar's arrivals, not while it stands; ±10 % drift correction, catch-up (×1.5 at most) above 3
 //!    queued samples, a jump when more than 0.5 s off.
+//!    A record whose tier rose raises the interval at once to the tier's gap
+//!    ([`Smoother::expect_gap`]); the clock slows (×0.5 at most) to trail by it in time.
 //! 4. Hermite (or projective velocity blending) between moving samples, linear at rest, for an
 //!    idle end, or when the grounded flag or the jump count changes.
 //! 5. Damped (0.33 s linear, stopped by 0.66 s) or capped (0.10 s) extrapolation when the inbox
@@ -40,6 +42,9 @@ const MAX_LEAD_S: f64 = 0.1;
 /// 0.05 m/s steps, so a pose led 0.1 s along a quantized velocity is off its line by at most
 /// about 6 mm.
 const LEAD_EPSILON_M: f64 = 0.01;
+/// The slowest the render clock runs while it falls back to a raised interval
+/// ([`Smoother::expect_gap`]): half speed (catch-up, the other way, runs at most 1.5×).
+pub const REGAP_MIN_RATE: f64 = 0.5;
 
 /// A vector in world units.
 pub type V3 = [f64; 3];
@@ -351,6 +356,9 @@ pub struct Smoother {
     interval: f64,
     /// Whether `interval` is a measured gap (before: the default, seed 003's "without timing").
     measured: bool,
+    /// The interval was raised ahead of its gaps ([`Smoother::expect_gap`]): the render clock
+    /// slows (to [`REGAP_MIN_RATE`] at most) until it trails by it.
+    regap: bool,
     branch: Option<Branch>,
     blend: V3,
     blend_w: f64,
@@ -381,6 +389,7 @@ impl Smoother {
             last_arrival: 0.0,
             interval: cfg.default_interval_s,
             measured: false,
+            regap: false,
             branch: None,
             blend: [0.0; 3],
             blend_w: 0.0,
@@ -431,6 +440,25 @@ impl Smoother {
             self.cfg.min_interval_s,
             self.cfg.max_interval_s,
         )
+    }
+
+    /// Announces the gap expected between this avatar's samples from now on: its tier's
+    /// cadence (the room sends a tier-`t` entity's steady motion every `2^t`-th frame,
+    /// `PROTOCOL.md` §2.8, so `send_interval_s × 2^t`). A gap measured only when it is passed
+    /// adapts one gap late: an avatar that moves from tier 0 (gaps 40–60 ms) to tier 1 (100 ms)
+    /// ran dry on its first tier-1 gap and extrapolated. A gap larger than the trailing interval
+    /// raises it at once, and the render clock slows just enough to have lost the difference
+    /// when it reaches the newest sample (so the first long gap closes as the clock gets
+    /// there: 0.6 for 0.1 s when a 60 ms trail meets a 100 ms gap), at most to
+    /// [`REGAP_MIN_RATE`], until it trails by the new interval. A smaller gap changes nothing:
+    /// the interval decays as before.
+    pub fn expect_gap(&mut self, gap_s: f64) {
+        if !gap_s.is_finite() || gap_s <= self.interval_s() {
+            return;
+        }
+        self.interval = gap_s;
+        self.measured = true;
+        self.regap = true;
     }
 
     /// The link-delay envelope (arrival minus server time, decaying), seconds.
@@ -572,6 +600,19 @@ impl Smoother {
                 jumped = true;
             } else {
                 let mut rate = 1.0 + clamp(cfg.drift_gain * err, -cfg.max_drift, cfg.max_drift);
+                if self.regap {
+                    if err < 0.0 {
+                        // Lose the deficit by the time the render clock reaches the newest
+                        // sample: at rate r it gets there after `left / r` s, in which it falls
+                        // `left / r - left` further behind, so r = left / (left + deficit),
+                        // at least REGAP_MIN_RATE.
+                        let newest = self.inbox.last().map_or(passed.t, |q| q.t);
+                        let left = (newest - self.render_t).max(0.0);
+                        rate = rate.min((left / (left - err)).max(REGAP_MIN_RATE));
+                    } else {
+                        self.regap = false;
+                    }
+                }
                 let ahead = self.inbox.iter().filter(|s| s.t > self.render_t).count();
                 if ahead > cfg.catch_up_min {
                     let up = 1.0 + 0.25 * (ahead - cfg.catch_up_min) as f64;
@@ -926,6 +967,64 @@ mod tests {
             s.interval_s()
         );
         assert_eq!(s.stats().snaps, [0; 4]);
+    }
+
+    /// A tier-0 walker (2 m/s, 20 Hz frames 40 / 60 ms apart on the 50 Hz grid, 80 ms of
+    /// link) crosses to tier 1 (steady motion every second frame): the record at `t_c`
+    /// carries the new tier, and the next sample is a stop 100 ms later, 4 cm on (the walker
+    /// slowed into it). Returns the furthest x shown past the stop.
+    fn tier_change_at_stop(announce: bool) -> f64 {
+        let mut s = Smoother::default();
+        let link = 0.08;
+        let mut samples = Vec::new();
+        let mut t = 0.0;
+        for i in 0..40 {
+            samples.push((walk(t, 2.0 * t, 2.0), false));
+            t += if i % 2 == 0 { 0.04 } else { 0.06 };
+        }
+        let t_c = t;
+        samples.push((walk(t_c, 2.0 * t_c, 2.0), true));
+        let x_stop = 2.0 * t_c + 0.04;
+        samples.push((walk(t_c + 0.1, x_stop, 0.0), false));
+        let mut now: f64 = 0.0;
+        let mut past: f64 = f64::NEG_INFINITY;
+        let mut next = 0;
+        while now < t_c + 1.0 {
+            now += 1.0 / 120.0;
+            while let Some(&(q, tier1)) = samples.get(next) {
+                if q.t + link > now {
+                    break;
+                }
+                if tier1 && announce {
+                    s.expect_gap(0.1);
+                }
+                s.push(q, q.t + link);
+                next += 1;
+            }
+            if let Some(r) = s.advance(now) {
+                past = past.max(r.position[0] - x_stop);
+            }
+        }
+        assert_eq!(s.stats().snaps, [0; 4]);
+        assert!(
+            (s.rendered().position[0] - x_stop).abs() < 1e-9,
+            "rests at the stop"
+        );
+        past
+    }
+
+    #[test]
+    fn a_tier_change_before_a_stop_does_not_run_dry() {
+        // Announced (the record's tier): the trail is 0.1 s by the time the clock reaches the
+        // tier-1 sample, and the replica does not pass the stop: 2 mm allowed, 1 mm position
+        // quantization and the render frame (1/120 s) that sees the stop up to 8 ms after it
+        // arrived, 3 ms of extrapolation at 2 m/s blended away (measured: 1.5 mm).
+        let past = tier_change_at_stop(true);
+        assert!(past <= 0.002, "{past} m past the stop");
+        // Measured only when passed (the interval before): the first 100 ms gap ran dry on a
+        // ~60 ms trail and the replica extrapolated past the stop (measured: 5.3 cm).
+        let past = tier_change_at_stop(false);
+        assert!(past > 0.02, "the control should overshoot, {past}");
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! Issue 13's proptest: random sample sequences (reordering, gaps, teleports, duplicates, random
 //! arrival and render times) never panic, never render NaN, and keep every rendered position
 //! within the inputs' bounding box grown by the extrapolation cap (the fastest input speed times
-//! the longest extrapolation travel).
+//! the longest extrapolation travel), with tier changes (announced gaps) among them.
 
 use plaza_client::{Extrapolation, Sample, Smoother, SmoothingConfig, Spline};
 use proptest::prelude::*;
@@ -91,6 +91,7 @@ proptest! {
         cfg in config(),
         steps in prop::collection::vec(step(), 1..80),
         frame_dts in prop::collection::vec(0.0f64..0.05, 1..400),
+        gaps in prop::collection::vec(prop::option::weighted(0.1, -0.1f64..1.0), 0..80),
     ) {
         // Server times and deliveries.
         // Positions follow the velocities (a walk), plus a random jump on a teleport or one step
@@ -151,6 +152,10 @@ proptest! {
         for dt in frame_dts {
             now += dt;
             while next < deliveries.len() && deliveries[next].0 <= now {
+                // Tier changes: an announced gap (any, even beyond the clamps) before a sample.
+                if let Some(&Some(g)) = gaps.get(next) {
+                    sm.expect_gap(g);
+                }
                 sm.push(deliveries[next].1, deliveries[next].0);
                 next += 1;
             }

@@ -20,6 +20,8 @@ export interface ShownAvatar {
 
 export class Replicas {
   private readonly smoothers = new Map<number, Smoother>();
+  /** Each avatar's tier for this client, as its last record carried it. */
+  private readonly tiers = new Map<number, number>();
   private readonly offs: (() => void)[] = [];
   private readonly cfg: SmoothingConfig;
   /** Entities the server teleported since their last sample (their next sample snaps). */
@@ -40,7 +42,12 @@ export class Replicas {
         }
       }),
     );
-    this.offs.push(client.onAvatarLeave((a) => this.smoothers.delete(a.entityId)));
+    this.offs.push(
+      client.onAvatarLeave((a) => {
+        this.smoothers.delete(a.entityId);
+        this.tiers.delete(a.entityId);
+      }),
+    );
   }
 
   /** Marks an entity as moved by the server: its next sample snaps (the Teleported event). */
@@ -54,6 +61,12 @@ export class Replicas {
       s = new Smoother({ ...this.cfg, sendIntervalS: this.client.sampleIntervalS });
       this.smoothers.set(a.entityId, s);
     }
+    // A higher tier sends steady motion every 2^tier-th frame (PROTOCOL.md §2.8): raise the
+    // trailing interval now, not one gap late (as `plaza-client`'s replica directory).
+    const tier = this.client.decoder.tier(a.entityId) ?? 0;
+    const was = this.tiers.get(a.entityId);
+    if (was !== undefined && tier > was) s.expectGap(this.client.sampleIntervalS * 2 ** Math.min(tier, 3));
+    this.tiers.set(a.entityId, tier);
     const p = a.record.pose;
     const sample: Sample = {
       t: a.poseTick / this.client.tickHz,

@@ -14,6 +14,8 @@
  *    it) behind a link-delay envelope (the largest arrival minus
  *    server time); both decay with the avatar's arrivals, not while it stands; ±10 % drift
  *    correction, catch-up (×1.5 at most) above 3 queued samples, a jump when more than 0.5 s off.
+ *    A record whose tier rose raises the interval at once to the tier's gap (`expectGap`); the
+ *    clock slows (×0.5 at most) to trail by it in time.
  * 4. Hermite (or projective velocity blending) between moving samples, linear at rest or when
  *    the grounded flag or the jump count changes.
  * 5. Damped (0.33 s linear, stopped by 0.66 s) or capped (0.10 s) extrapolation when the inbox
@@ -32,6 +34,8 @@ const BLEND_EPSILON_M = 1e-4;
 const MAX_LEAD_S = 0.1;
 /** Quantization allowance of the unlead rule (1 mm positions, 0.05 m/s velocities: about 6 mm over a 0.1 s lead). */
 const LEAD_EPSILON_M = 0.01;
+/** The slowest the render clock runs while it falls back to a raised interval (`expectGap`): half speed (catch-up, the other way, runs at most 1.5×). */
+export const REGAP_MIN_RATE = 0.5;
 
 /** One authoritative sample of a remote avatar, in world units. */
 export interface Sample {
@@ -208,6 +212,8 @@ export class Smoother {
   private interval: number;
   /** Whether `interval` is a measured gap (before: the default, seed 003's "without timing"). */
   private measured = false;
+  /** The interval was raised ahead of its gaps (`expectGap`): the render clock slows (to `REGAP_MIN_RATE` at most) until it trails by it. */
+  private regap = false;
   private branch: Branch | null = null;
   private blend: V3 = [0, 0, 0];
   private blendW = 0;
@@ -239,6 +245,23 @@ export class Smoother {
   /** The trailing interval in use (clamped), seconds. */
   intervalS(): number {
     return Math.min(Math.max(this.interval, this.cfg.minIntervalS), this.cfg.maxIntervalS);
+  }
+
+  /**
+   * Announces the gap expected between this avatar's samples from now on: its tier's cadence
+   * (the room sends a tier-`t` entity's steady motion every `2^t`-th frame, `PROTOCOL.md` §2.8,
+   * so `sendIntervalS × 2^t`). A gap measured only when it is passed adapts one gap late: an
+   * avatar moving from tier 0 (gaps 40–60 ms) to tier 1 (100 ms) ran dry on its first tier-1 gap
+   * and extrapolated. A gap larger than the trailing interval raises it at once, and the render
+   * clock slows just enough to have lost the difference when it reaches the newest sample (0.6
+   * for 0.1 s when a 60 ms trail meets a 100 ms gap), at most to `REGAP_MIN_RATE`, until it
+   * trails by the new interval. A smaller gap changes nothing: the interval decays as before.
+   */
+  expectGap(gapS: number): void {
+    if (!Number.isFinite(gapS) || gapS <= this.intervalS()) return;
+    this.interval = gapS;
+    this.measured = true;
+    this.regap = true;
   }
 
   linkS(): number {
@@ -360,6 +383,18 @@ export class Smoother {
         jumped = true;
       } else {
         let rate = 1 + Math.min(Math.max(cfg.driftGain * err, -cfg.maxDrift), cfg.maxDrift);
+        if (this.regap) {
+          if (err < 0) {
+            // Lose the deficit by the time the render clock reaches the newest sample: at rate r
+            // it gets there after `left / r` s, falling `left / r - left` further behind, so
+            // r = left / (left + deficit), at least REGAP_MIN_RATE.
+            const newest = this.inbox.length > 0 ? this.inbox[this.inbox.length - 1]!.t : passed.t;
+            const left = Math.max(newest - this.renderT, 0);
+            rate = Math.min(rate, Math.max(left / (left - err), REGAP_MIN_RATE));
+          } else {
+            this.regap = false;
+          }
+        }
         let ahead = 0;
         for (const s of this.inbox) if (s.t > this.renderT) ahead++;
         if (ahead > cfg.catchUpMin) {
