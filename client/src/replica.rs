@@ -25,7 +25,7 @@
 
 use std::collections::{BTreeMap, VecDeque};
 
-use plaza_proto::frame::{EntityRecord, MAX_ENTITIES, OwnState};
+use plaza_proto::frame::{EntityRecord, MAX_ENTITIES, OwnState, TIER_EVERY};
 use plaza_proto::pb;
 use plaza_proto::quant::ANIM_INSTANT;
 
@@ -582,9 +582,10 @@ impl OwnPredictor {
 }
 
 /// The gap between a tier's steady samples: the room sends a tier-`t` entity's steady motion
-/// every `2^t`-th frame (`PROTOCOL.md` §2.8).
+/// every `TIER_EVERY[t]`-th frame (`PROTOCOL.md` §2.8).
 fn tier_gap(cfg: &SmoothingConfig, tier: u8) -> f64 {
-    cfg.send_interval_s * f64::from(1u32 << tier.min(3))
+    let every = TIER_EVERY[usize::from(tier).min(TIER_EVERY.len() - 1)];
+    cfg.send_interval_s * f64::from(every)
 }
 
 #[cfg(test)]
