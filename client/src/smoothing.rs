@@ -22,7 +22,8 @@
 //!    runs dry, never from a sample that placed the avatar (first sighting or a snap: seed 000's
 //!    `WasTeleported` / `isInstant`), never through the floor (`y = 0`).
 //! 6. Convex blends when new data moves the model away from what was shown (0.1 s, at most
-//!    5 m/s).
+//!    5 m/s); into a linear segment that ends standing, the blend ends with the segment on the
+//!    render clock, so a stop that unleads the segment being shown is reached, not passed.
 //! 7. Snaps on a teleport flag, a jump over 5 m, or a gap over 0.20 s while moving.
 //!    A standing sample behind queued moving ones, within the room's 0.1 s lead along their
 //!    line of travel and one send interval of their travel off it, moves them back to the
@@ -363,6 +364,9 @@ pub struct Smoother {
     blend: V3,
     blend_w: f64,
     blend_len: f64,
+    /// A blend into a linear segment that ends standing runs on the render clock and ends
+    /// with the segment: `(start, end)` render times, `blend_w` falls linearly between them.
+    blend_to: Option<(f64, f64)>,
     out: Rendered,
     first: bool,
     stats: SmoothingStats,
@@ -394,6 +398,7 @@ impl Smoother {
             blend: [0.0; 3],
             blend_w: 0.0,
             blend_len: cfg.blend_s,
+            blend_to: None,
             out: Rendered {
                 position: [0.0; 3],
                 yaw_deg: 0.0,
@@ -693,12 +698,18 @@ impl Smoother {
                 self.blend = off;
                 self.blend_w = 1.0;
                 self.blend_len = cfg.blend_s.max(off_len / cfg.max_blend_speed.max(1e-3));
+                self.blend_to = self.blend_into_stop(&branch, off_len);
                 self.stats.blends += 1;
             }
+        } else if let Some((start, end)) = self.blend_to {
+            self.blend_w = clamp((end - self.render_t) / (end - start), 0.0, 1.0);
         } else if cfg.blend_s > 0.0 {
             self.blend_w = (self.blend_w - dt / self.blend_len).max(0.0);
         } else {
             self.blend_w = 0.0;
+        }
+        if self.blend_w <= 0.0 || snapped.is_some() {
+            self.blend_to = None;
         }
         self.branch = Some(branch);
 
@@ -752,6 +763,30 @@ impl Smoother {
             };
         }
         Some(&self.out)
+    }
+
+    /// A correction into a linear segment that ends standing — a stop that moved the queued
+    /// poses back ([`Smoother::unlead_before_stop`]) while the render clock was between them —
+    /// ends when the segment does, on the render clock: the shown pose then runs straight from
+    /// where it was to the stop and arrives with the segment. A blend on its own 0.1 s of local
+    /// time outlasted a segment with less left than that and carried the old curve's lead past
+    /// the stop (measured, `plaza-felt` at 100 ms RTT: a tier-1 walker stopped by a wall stood
+    /// 6.7 cm past its stop and came back 60 ms late). `None` (the local-time blend) when the
+    /// segment is not linear, does not end standing, has no time left, or the straight run
+    /// would move faster than the blend may.
+    fn blend_into_stop(&self, branch: &Branch, off_len: f64) -> Option<(f64, f64)> {
+        let Branch::Segment {
+            b, linear: true, ..
+        } = *branch
+        else {
+            return None;
+        };
+        let left = b.t - self.render_t;
+
+        (b.speed() < self.cfg.rest_speed
+            && left > 1e-6
+            && off_len / left <= self.cfg.max_blend_speed)
+            .then_some((self.render_t, b.t))
     }
 
     fn count_snap(&mut self, r: SnapReason) {
@@ -1121,6 +1156,50 @@ mod tests {
         }
         assert!(far <= 1e-9, "overshot the stop by {far} m");
         assert_eq!(s.rendered().position, [1.177, 0.0, -3.04]);
+        assert_eq!(s.stats().snaps, [0; 4]);
+    }
+
+    #[test]
+    fn a_stop_that_unleads_the_segment_being_shown_does_not_overshoot() {
+        // A tier-1 walker (a sample every 0.1 s) at 2 m/s +x; a wall stopped it at x = 4.13
+        // after the frame of 2.0 s (x = 4.0); the frame of 2.1 s led the last move on to 4.2,
+        // and the stop's frame (2.15 s) arrived while the render clock was between 2.0 and 2.1:
+        // the segment being shown changed its end from 4.2 (moving) to 4.13 (standing).
+        let link = 0.06;
+        let mut stop = walk(2.15, 4.13, 0.0);
+        stop.movement_kind = 0;
+        let mut frames: Vec<Sample> = (0..=21)
+            .map(|i| {
+                let t = f64::from(i) * 0.1;
+                walk(t, 2.0 * t, 2.0)
+            })
+            .collect();
+        frames.push(stop);
+        let mut s = Smoother::default();
+        let mut next = 0;
+        let mut max_x = f64::NEG_INFINITY;
+        let mut shown_at_stop = None;
+        for i in 0..400 {
+            let now = 0.06 + f64::from(i) / 120.0;
+            while next < frames.len() && frames[next].t + link <= now {
+                if next == frames.len() - 1 {
+                    shown_at_stop = Some(s.rendered().render_t);
+                    max_x = f64::NEG_INFINITY;
+                }
+                s.push(frames[next], frames[next].t + link);
+                next += 1;
+            }
+            let r = *s.advance(now).unwrap();
+            max_x = max_x.max(r.position[0]);
+        }
+        let shown = shown_at_stop.unwrap();
+        assert!(
+            (2.0..2.1).contains(&shown),
+            "the render clock was between the frames of 2.0 and 2.1: {shown}"
+        );
+        assert_eq!(s.stats().unled, 1);
+        assert!(max_x <= 4.13 + 1e-9, "overshot the stop to {max_x}");
+        assert_eq!(s.rendered().position, [4.13, 0.0, 0.0]);
         assert_eq!(s.stats().snaps, [0; 4]);
     }
 

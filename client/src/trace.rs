@@ -318,6 +318,12 @@ pub fn generate() -> Trace {
         if t > TELEPORT_T && arrival < 6.1 {
             arrival = 6.1 + 0.001 * (t - TELEPORT_T);
         }
+        // The stop's frame comes 0.165 s late, while the render clock is between 7.40 and 7.44
+        // s: it unleads the segment being shown, and the correction runs into the stop with the
+        // segment (`Smoother::blend_into_stop`) instead of carrying the lead past it.
+        if tick == 375 {
+            arrival = t + 0.165;
+        }
         sent.push(Input {
             arrival_s: arrival,
             pose_tick: tick,

@@ -21,7 +21,8 @@
  * 5. Damped (0.33 s linear, stopped by 0.66 s) or capped (0.10 s) extrapolation when the inbox
  *    runs dry, never from a sample that placed the avatar (first sighting or a snap: seed 000's
  *    `WasTeleported` / `isInstant`), never through the floor (`y = 0`).
- * 6. Convex blends when new data moves the model away from what was shown.
+ * 6. Convex blends when new data moves the model away from what was shown; into a linear
+ *    segment that ends standing, the blend ends with the segment on the render clock.
  * 7. Snaps on a teleport flag, a jump over 5 m, or a gap over 0.20 s while moving.
  * 8. Head IK and point-at ease on their own.
  */
@@ -218,6 +219,8 @@ export class Smoother {
   private blend: V3 = [0, 0, 0];
   private blendW = 0;
   private blendLen: number;
+  /** A blend into a linear segment that ends standing runs on the render clock and ends with the segment: `[start, end]` render times (`blendIntoStop`). */
+  private blendTo: [number, number] | null = null;
   private out: Rendered = { position: [0, 0, 0], yawDeg: 0, head: null, pointAt: null, renderT: 0, phase: "empty", placed: false };
   private first = false;
   readonly stats: SmoothingStats = { samples: 0, stale: 0, overflow: 0, snaps: [0, 0, 0, 0], blends: 0, clockJumps: 0, extrapolating: 0, unled: 0 };
@@ -454,13 +457,18 @@ export class Smoother {
         this.blend = off;
         this.blendW = 1;
         this.blendLen = Math.max(cfg.blendS, len(off) / Math.max(cfg.maxBlendSpeed, 1e-3));
+        this.blendTo = this.blendIntoStop(branch, len(off));
         this.stats.blends += 1;
       }
+    } else if (this.blendTo !== null) {
+      const [start, end] = this.blendTo;
+      this.blendW = Math.min(Math.max((end - this.renderT) / (end - start), 0), 1);
     } else if (cfg.blendS > 0) {
       this.blendW = Math.max(this.blendW - dt / this.blendLen, 0);
     } else {
       this.blendW = 0;
     }
+    if (this.blendW <= 0 || snapped !== null) this.blendTo = null;
     this.branch = branch;
 
     this.out.position = this.shown(model);
@@ -499,6 +507,21 @@ export class Smoother {
       this.out.pointAt = p !== null && tp !== null ? add(p, scale(sub(tp, p), kp)) : tp;
     }
     return this.out;
+  }
+
+  /**
+   * A correction into a linear segment that ends standing (a stop that unled the queued poses
+   * while the render clock was between them) ends when the segment does, on the render clock:
+   * the shown pose runs straight to the stop and arrives with the segment, instead of carrying
+   * the old curve's lead past it. `null` (the local-time blend) otherwise. Same rule as the
+   * Rust `Smoother::blend_into_stop`.
+   */
+  private blendIntoStop(branch: Branch, offLen: number): [number, number] | null {
+    if (branch.kind !== "segment" || !branch.linear) return null;
+    const left = branch.b.t - this.renderT;
+    return speed(branch.b) < this.cfg.restSpeed && left > 1e-6 && offLen / left <= this.cfg.maxBlendSpeed
+      ? [this.renderT, branch.b.t]
+      : null;
   }
 
   private countSnap(r: SnapReason): void {
