@@ -329,6 +329,9 @@ impl Gateway {
     }
 }
 
+/// Per-session WebSocket read buffer (the chunk each socket read fills).
+const READ_BUFFER_BYTES: usize = 2 * 1024;
+
 async fn ws_handler(
     ws: WebSocketUpgrade,
     State(shared): State<Arc<Shared>>,
@@ -338,9 +341,11 @@ async fn ws_handler(
     // The WebSocket layer refuses frames past 4x the cap before allocating them; frames between
     // the cap and that are refused by the session. Both close with 1009.
     // The read buffer is zero-filled up to its size on every read: the 128 KiB default cost a
-    // fifth of the server's CPU (profiled) and 128 KiB per connection. Client frames are small.
+    // fifth of the server's CPU (profiled) and 128 KiB per connection; 8 KiB was still the
+    // largest heap item per session (heaptrack, 1,000 bots). Client frames are tens of bytes
+    // (an input, a ping); a larger message is still read whole (the buffer grows to it).
     ws.max_message_size(max * 4)
         .max_frame_size(max * 4)
-        .read_buffer_size(8 * 1024)
+        .read_buffer_size(READ_BUFFER_BYTES)
         .on_upgrade(move |socket| session::run(socket, shared, conn))
 }

@@ -25,6 +25,19 @@ struct Pending {
     include: bool,
 }
 
+/// What one frame's encode works in and no client keeps between frames: the changes, removals
+/// and new entities of the frame being written. [`FrameEncoder::encode_with`] borrows one for
+/// the frame, so a room keeps one per encoding thread instead of one per client (≈ 4 KiB per
+/// client in a room of 50, where each vector grows to the room's view once, at the keyframe).
+#[derive(Debug, Default)]
+pub struct EncodeScratch {
+    removed: Vec<u32>,
+    pending: Vec<Pending>,
+    news: Vec<(EntityRecord, u8)>,
+    sel: Vec<u32>,
+    order: Vec<u32>,
+}
+
 /// Per-client frame encoder (server side). Keeps the exact model of what the client holds.
 #[derive(Debug)]
 pub struct FrameEncoder {
@@ -36,12 +49,9 @@ pub struct FrameEncoder {
     started: bool,
     key_requested: bool,
     credit: i64,
-    removed: Vec<u32>,
-    pending: Vec<Pending>,
-    news: Vec<(EntityRecord, u8)>,
-    sel: Vec<u32>,
-    next: Vec<Held>,
-    order: Vec<u32>,
+    /// Scratch of [`FrameEncoder::encode`]; empty between the frames of
+    /// [`FrameEncoder::encode_with`].
+    scratch: EncodeScratch,
     /// The last budgeted frame was over its budget: count before writing (congestion lasts).
     over_budget: bool,
 }
@@ -58,12 +68,7 @@ impl FrameEncoder {
             started: false,
             key_requested: false,
             credit: 0,
-            removed: Vec::new(),
-            pending: Vec::new(),
-            news: Vec::new(),
-            sel: Vec::new(),
-            next: Vec::new(),
-            order: Vec::new(),
+            scratch: EncodeScratch::default(),
             over_budget: false,
         }
     }
@@ -95,6 +100,23 @@ impl FrameEncoder {
         i64::from(self.cfg.budget_bytes_per_s) / i64::from(self.cfg.broadcast_hz.max(1))
     }
 
+    /// [`FrameEncoder::encode`] working in `scratch` instead of the encoder's own scratch: the
+    /// same frame, bit for bit, for any scratch (its contents are cleared before use). An
+    /// encoder only ever encoded this way holds its model and nothing else.
+    pub fn encode_with(
+        &mut self,
+        scratch: &mut EncodeScratch,
+        tick: u32,
+        own: Option<&OwnState>,
+        visible: &[Visible<'_>],
+        out: &mut Vec<u8>,
+    ) -> EncodeStats {
+        std::mem::swap(&mut self.scratch, scratch);
+        let st = self.encode(tick, own, visible, out);
+        std::mem::swap(&mut self.scratch, scratch);
+        st
+    }
+
     /// Encode the frame for `tick` from what this client should now hold. `visible` is sorted by
     /// id, no duplicates (debug builds assert it; release builds skip out-of-order entries).
     /// Appends to `out`. The first frame is always a keyframe.
@@ -122,15 +144,16 @@ impl FrameEncoder {
         self.credit = (self.credit.max(-per_frame * 64) + per_frame).min(per_frame * 2);
 
         // Merge what the client holds with what it should hold.
-        self.removed.clear();
-        self.pending.clear();
-        self.news.clear();
+        self.scratch.removed.clear();
+        self.scratch.pending.clear();
+        self.scratch.news.clear();
         let (mut i, mut j, mut post) = (0usize, 0usize, 0u32);
         let mut last_vis: Option<u32> = None;
         while i < self.model.len() || j < visible.len() {
             let Some(v) = visible.get(j) else {
                 // Nothing more to hold: the rest of what the client holds goes.
-                self.removed
+                self.scratch
+                    .removed
                     .extend(self.model[i..].iter().map(|h| h.rec.id));
                 break;
             };
@@ -142,26 +165,26 @@ impl FrameEncoder {
             }
             let Some(h) = self.model.get(i) else {
                 last_vis = Some(vid);
-                self.news.push(sanitized(v));
+                self.scratch.news.push(sanitized(v));
                 j += 1;
                 continue;
             };
             if h.rec.id < vid {
-                self.removed.push(h.rec.id);
+                self.scratch.removed.push(h.rec.id);
                 i += 1;
                 continue;
             }
             last_vis = Some(vid);
             if h.rec.id > vid {
-                self.news.push(sanitized(v));
+                self.scratch.news.push(sanitized(v));
                 j += 1;
                 continue;
             }
             i += 1;
             j += 1;
             if h.rec.generation != v.record.generation || h.rec.kind != v.record.kind {
-                self.removed.push(h.rec.id);
-                self.news.push(sanitized(v));
+                self.scratch.removed.push(h.rec.id);
+                self.scratch.news.push(sanitized(v));
                 continue;
             }
             let tier = v.tier.min(3);
@@ -193,7 +216,7 @@ impl FrameEncoder {
             }
             if mask != 0 {
                 let mandatory = start_stop || instant || mask != G_MOTION;
-                self.pending.push(Pending {
+                self.scratch.pending.push(Pending {
                     model_idx: (i - 1) as u32,
                     post_idx: post,
                     vis: (j - 1) as u32,
@@ -226,7 +249,7 @@ impl FrameEncoder {
 
         // Budget: defer the least important steady pose updates.
         let mut deferred = 0u32;
-        let optional = self.pending.iter().filter(|p| !p.mandatory).count();
+        let optional = self.scratch.pending.iter().filter(|p| !p.mandatory).count();
         let mut flags = own_flag;
         if keyframe {
             flags |= FLAG_KEYFRAME;
@@ -254,8 +277,8 @@ impl FrameEncoder {
             // its budget the next ones count first, until one fits.
             let (check_at, bits) = self.write_frame(out, &head, held_after, visible);
             let mut removed = BitCounter::default();
-            removed.eg(self.removed.len() as u64, 0);
-            for &id in &self.removed {
+            removed.eg(self.scratch.removed.len() as u64, 0);
+            for &id in &self.scratch.removed {
                 removed.eg(u64::from(id), 2);
             }
             let total =
@@ -274,19 +297,19 @@ impl FrameEncoder {
             {
                 write_own(&mut fixed, own_base.as_ref().unwrap_or(&OWN_ZERO), o);
             }
-            fixed.eg(self.removed.len() as u64, 0);
-            for &id in &self.removed {
+            fixed.eg(self.scratch.removed.len() as u64, 0);
+            for &id in &self.scratch.removed {
                 fixed.eg(u64::from(id), 2);
             }
-            fixed.eg(self.news.len() as u64, 0);
+            fixed.eg(self.scratch.news.len() as u64, 0);
             let mut prev = None;
-            for (rec, tier) in &self.news {
+            for (rec, tier) in &self.scratch.news {
                 write_new(&mut fixed, prev, rec, *tier);
                 prev = Some((rec.id, rec.pose.position_mm));
             }
             fixed.bits += held_after as u64 + 1;
             let mut total = fixed.bits;
-            for p in &mut self.pending {
+            for p in &mut self.scratch.pending {
                 let mut c = BitCounter::default();
                 let h = &self.model[p.model_idx as usize];
                 let pose = visible[p.vis as usize].record.pose.canonical();
@@ -299,17 +322,18 @@ impl FrameEncoder {
             let allowed = (self.credit.max(0) as u64) * 8;
             self.over_budget = total > allowed;
             if total > allowed {
-                self.order.clear();
-                self.order.extend(
-                    self.pending
+                self.scratch.order.clear();
+                self.scratch.order.extend(
+                    self.scratch
+                        .pending
                         .iter()
                         .enumerate()
                         .filter(|(_, p)| !p.mandatory)
                         .map(|(k, _)| k as u32),
                 );
-                let pending = &self.pending;
+                let pending = &self.scratch.pending;
                 let model = &self.model;
-                self.order.sort_unstable_by(|&a, &b| {
+                self.scratch.order.sort_unstable_by(|&a, &b| {
                     let (pa, pb) = (&pending[a as usize], &pending[b as usize]);
                     pb.prio.cmp(&pa.prio).then(
                         model[pa.model_idx as usize]
@@ -320,13 +344,14 @@ impl FrameEncoder {
                 });
                 let mut used: u64 = fixed.bits
                     + self
+                        .scratch
                         .pending
                         .iter()
                         .filter(|p| p.mandatory)
                         .map(|p| u64::from(p.bits))
                         .sum::<u64>();
-                for &k in &self.order {
-                    let p = &mut self.pending[k as usize];
+                for &k in &self.scratch.order {
+                    let p = &mut self.scratch.pending[k as usize];
                     if used + u64::from(p.bits) <= allowed {
                         used += u64::from(p.bits);
                     } else {
@@ -336,7 +361,7 @@ impl FrameEncoder {
                 }
             }
         }
-        for p in &self.pending {
+        for p in &self.scratch.pending {
             let h = &mut self.model[p.model_idx as usize];
             if p.include {
                 h.acc = 0;
@@ -344,7 +369,7 @@ impl FrameEncoder {
                 h.acc = p.prio;
             }
         }
-        self.pending.retain(|p| p.include);
+        self.scratch.pending.retain(|p| p.include);
 
         let check_at = match written {
             Some(at) => at,
@@ -352,28 +377,35 @@ impl FrameEncoder {
         };
 
         // Update the model exactly as the decoder will.
-        for p in &self.pending {
+        for p in &self.scratch.pending {
             let pose = visible[p.vis as usize].record.pose.canonical();
             self.model[p.model_idx as usize].apply(p.mask, &pose, p.tier, tick);
         }
-        if !self.removed.is_empty() || !self.news.is_empty() {
-            self.next.clear();
+        if !self.scratch.removed.is_empty() {
+            // `removed` is in the model's (id) order.
+            let removed = &self.scratch.removed;
             let mut r = 0;
-            for h in &self.model {
-                if self.removed.get(r) == Some(&h.rec.id) {
-                    r += 1;
-                    continue;
+            self.model.retain(|h| {
+                let gone = removed.get(r) == Some(&h.rec.id);
+                r += usize::from(gone);
+                !gone
+            });
+        }
+        if let Some(&(first, _)) = self.scratch.news.first() {
+            // Both runs are sorted by id: merge the new ones in from the back, in place.
+            let news = &self.scratch.news;
+            let mut i = self.model.len();
+            let mut k = i + news.len();
+            self.model.resize(k, Held::new(first, 0, tick));
+            for &(rec, tier) in news.iter().rev() {
+                while i > 0 && self.model[i - 1].rec.id > rec.id {
+                    self.model[k - 1] = self.model[i - 1];
+                    i -= 1;
+                    k -= 1;
                 }
-                self.next.push(*h);
+                self.model[k - 1] = Held::new(rec, tier, tick);
+                k -= 1;
             }
-            let kept = self.next.len();
-            for (rec, tier) in &self.news {
-                self.next.push(Held::new(*rec, *tier, tick));
-            }
-            if kept > 0 && kept < self.next.len() {
-                merge_sorted(&mut self.next, kept, &mut self.model);
-            }
-            std::mem::swap(&mut self.model, &mut self.next);
         }
         match own_flag {
             FLAG_OWN => self.own = own.cloned(),
@@ -391,8 +423,8 @@ impl FrameEncoder {
         EncodeStats {
             bytes,
             keyframe,
-            changed: (self.pending.len() + self.news.len()) as u32,
-            removed: self.removed.len() as u32,
+            changed: (self.scratch.pending.len() + self.scratch.news.len()) as u32,
+            removed: self.scratch.removed.len() as u32,
             deferred,
         }
     }
@@ -450,26 +482,28 @@ impl FrameEncoder {
             write_own(&mut w, head.own_base.unwrap_or(&OWN_ZERO), o);
             bits.own = w.bit_len() - at;
         }
-        w.eg(self.removed.len() as u64, 0);
+        w.eg(self.scratch.removed.len() as u64, 0);
         let mut prev: i64 = -1;
-        for &id in &self.removed {
+        for &id in &self.scratch.removed {
             w.eg((i64::from(id) - prev - 1) as u64, 2);
             prev = i64::from(id);
         }
-        self.sel.clear();
-        self.sel.extend(self.pending.iter().map(|p| p.post_idx));
-        write_selection(&mut w, held_after, &self.sel);
+        self.scratch.sel.clear();
+        self.scratch
+            .sel
+            .extend(self.scratch.pending.iter().map(|p| p.post_idx));
+        write_selection(&mut w, held_after, &self.scratch.sel);
         let at = w.bit_len();
-        for p in &self.pending {
+        for p in &self.scratch.pending {
             let h = &self.model[p.model_idx as usize];
             let pose = visible[p.vis as usize].record.pose.canonical();
             write_change(&mut w, h, p.mask, &pose, p.tier, tick);
         }
         bits.changes = w.bit_len() - at;
         let at = w.bit_len();
-        w.eg(self.news.len() as u64, 0);
+        w.eg(self.scratch.news.len() as u64, 0);
         let mut prev = None;
-        for (rec, tier) in &self.news {
+        for (rec, tier) in &self.scratch.news {
             write_new(&mut w, prev, rec, *tier);
             prev = Some((rec.id, rec.pose.position_mm));
         }

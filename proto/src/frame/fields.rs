@@ -661,22 +661,3 @@ pub(super) fn read_selection(
     }
     Ok(())
 }
-
-/// Merges the two sorted runs `v[..mid]` and `v[mid..]` by id, using `tmp` as scratch.
-pub(super) fn merge_sorted(v: &mut Vec<Held>, mid: usize, tmp: &mut Vec<Held>) {
-    tmp.clear();
-    let (a, b) = v.split_at(mid);
-    let (mut i, mut j) = (0, 0);
-    while i < a.len() && j < b.len() {
-        if a[i].rec.id <= b[j].rec.id {
-            tmp.push(a[i]);
-            i += 1;
-        } else {
-            tmp.push(b[j]);
-            j += 1;
-        }
-    }
-    tmp.extend_from_slice(&a[i..]);
-    tmp.extend_from_slice(&b[j..]);
-    std::mem::swap(v, tmp);
-}

@@ -31,7 +31,7 @@ mod hash;
 mod types;
 
 pub use decode::FrameDecoder;
-pub use encode::FrameEncoder;
+pub use encode::{EncodeScratch, FrameEncoder};
 pub use hash::fnv1a32;
 pub use types::{
     DecodedFrame, EncodeStats, EncoderConfig, EntityRecord, FrameError, OwnState, Visible,

@@ -65,7 +65,7 @@ impl Default for EncoderConfig {
 }
 
 /// What one [`super::FrameEncoder::encode`] did.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct EncodeStats {
     /// Bytes appended.
     pub bytes: usize,

@@ -219,11 +219,13 @@ impl Room {
             let mut scratch = EncodeScratch {
                 interest: std::mem::take(&mut self.interest),
                 buf: std::mem::take(&mut self.frame_buf),
+                frame: std::mem::take(&mut self.frame_scratch),
                 ..EncodeScratch::default()
             };
             encode_run(&ctx, &mut jobs, &mut scratch, stats, out);
             self.interest = scratch.interest;
             self.frame_buf = scratch.buf;
+            self.frame_scratch = scratch.frame;
             return;
         }
         let per = jobs.len().div_ceil(threads);
@@ -245,11 +247,13 @@ impl Room {
             let mut scratch = EncodeScratch {
                 interest: std::mem::take(&mut self.interest),
                 buf: std::mem::take(&mut self.frame_buf),
+                frame: std::mem::take(&mut self.frame_scratch),
                 ..EncodeScratch::default()
             };
             encode_run(ctx, first, &mut scratch, stats, out);
             self.interest = scratch.interest;
             self.frame_buf = scratch.buf;
+            self.frame_scratch = scratch.frame;
             handles
                 .into_iter()
                 .map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
@@ -301,6 +305,8 @@ struct EncodeScratch {
     buf: Vec<u8>,
     /// Whom the member saw before this frame (only while an emote plays).
     seen_before: Vec<u32>,
+    /// The frame encoder's per-frame vectors, shared by every member this thread encodes.
+    frame: plaza_proto::frame::EncodeScratch,
 }
 
 /// Encodes one frame for each of `jobs`, in order, appending them to `out` and counting them in
@@ -379,7 +385,9 @@ fn encode_run(
         };
         let buf = &mut scratch.buf;
         buf.clear();
-        let st = m.encoder.encode(tick, Some(&own), &visible, buf);
+        let st = m
+            .encoder
+            .encode_with(&mut scratch.frame, tick, Some(&own), &visible, buf);
         if st.keyframe {
             // The client starts over: its next expression message replaces everything.
             m.expressions.reset();

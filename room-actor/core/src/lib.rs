@@ -186,6 +186,9 @@ pub struct Room {
     pos_m: Vec<[f32; 3]>,
     /// Reused per encode pass: one frame's bytes.
     frame_buf: Vec<u8>,
+    /// The frame encoders' shared scratch (`FrameEncoder::encode_with`): one per encoding
+    /// thread, not one per member.
+    frame_scratch: plaza_proto::frame::EncodeScratch,
     /// Prop ownership.
     props: Props,
     /// Open consents.
@@ -269,6 +272,7 @@ impl Room {
             slot: Vec::new(),
             pos_m: Vec::new(),
             frame_buf: Vec::new(),
+            frame_scratch: Default::default(),
         }
     }
 
