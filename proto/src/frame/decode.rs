@@ -244,7 +244,7 @@ impl FrameDecoder {
             // the empty vector, so it stays as small as a delta's new entities.
             std::mem::swap(&mut self.next, &mut sc.fresh);
         } else {
-            merge_in_place(&mut self.next, &sc.fresh);
+            merge_in_place(&mut self.next, &sc.fresh, |h| h.rec.id, |h| *h);
         }
         if self.next.windows(2).any(|w| w[0].rec.id >= w[1].rec.id) {
             return Err(FrameError::Malformed("duplicate id"));
@@ -336,27 +336,6 @@ impl FrameDecoder {
     }
 }
 
-/// Appends `fresh` (sorted by id) to `v` (sorted by id) and merges them in place, from the back
-/// (of equal ids, those of `v` first, as a stable merge would).
-fn merge_in_place(v: &mut Vec<Held>, fresh: &[Held]) {
-    let kept = v.len();
-    v.extend_from_slice(fresh);
-    if kept == 0 || fresh.is_empty() {
-        return;
-    }
-    let (mut i, mut j, mut k) = (kept, fresh.len(), v.len());
-    while j > 0 {
-        k -= 1;
-        if i > 0 && v[i - 1].rec.id > fresh[j - 1].rec.id {
-            v[k] = v[i - 1];
-            i -= 1;
-        } else {
-            v[k] = fresh[j - 1];
-            j -= 1;
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -387,7 +366,7 @@ mod tests {
             let fresh: Vec<Held> = b.iter().map(|&id| held(id, 1)).collect();
             let mut want: Vec<Held> = v.iter().chain(&fresh).copied().collect();
             want.sort_by_key(|h| h.rec.id);
-            merge_in_place(&mut v, &fresh);
+            merge_in_place(&mut v, &fresh, |h| h.rec.id, |h| *h);
             assert_eq!(ids(&v), ids(&want), "{a:?} + {b:?}");
         }
     }

@@ -391,22 +391,13 @@ impl FrameEncoder {
                 !gone
             });
         }
-        if let Some(&(first, _)) = self.scratch.news.first() {
-            // Both runs are sorted by id: merge the new ones in from the back, in place.
-            let news = &self.scratch.news;
-            let mut i = self.model.len();
-            let mut k = i + news.len();
-            self.model.resize(k, Held::new(first, 0, tick));
-            for &(rec, tier) in news.iter().rev() {
-                while i > 0 && self.model[i - 1].rec.id > rec.id {
-                    self.model[k - 1] = self.model[i - 1];
-                    i -= 1;
-                    k -= 1;
-                }
-                self.model[k - 1] = Held::new(rec, tier, tick);
-                k -= 1;
-            }
-        }
+        // Both are sorted by id.
+        merge_in_place(
+            &mut self.model,
+            &self.scratch.news,
+            |n| n.0.id,
+            |&(rec, tier)| Held::new(rec, tier, tick),
+        );
         match own_flag {
             FLAG_OWN => self.own = own.cloned(),
             FLAG_OWN_CLEAR => self.own = None,

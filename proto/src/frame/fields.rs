@@ -661,3 +661,31 @@ pub(super) fn read_selection(
     }
     Ok(())
 }
+
+/// Merges `fresh` (sorted by id) into `v` (sorted by id) in place, from the back (of equal ids,
+/// those of `v` first, as a stable merge would): `v` grows once by `fresh.len()` and no second
+/// held-sized vector is needed. `make` turns a fresh item into what `v` holds. Encoder and
+/// decoder merge their new entities alike.
+pub(super) fn merge_in_place<T>(
+    v: &mut Vec<Held>,
+    fresh: &[T],
+    id: impl Fn(&T) -> u32,
+    make: impl Fn(&T) -> Held,
+) {
+    let Some(first) = fresh.first() else {
+        return;
+    };
+    let (mut i, mut j) = (v.len(), fresh.len());
+    let mut k = i + j;
+    v.resize(k, make(first));
+    while j > 0 {
+        k -= 1;
+        if i > 0 && v[i - 1].rec.id > id(&fresh[j - 1]) {
+            v[k] = v[i - 1];
+            i -= 1;
+        } else {
+            v[k] = make(&fresh[j - 1]);
+            j -= 1;
+        }
+    }
+}
