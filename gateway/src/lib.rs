@@ -4,7 +4,7 @@
 //! negotiates the version, authenticates (dev mode issues guests), enforces limits (frame size,
 //! input rates, a bounded outbound queue, the handshake deadline), pins each session to the
 //! node that hosts its room over the `RoomHost` gRPC service (or, for the node in its own
-//! process, over in-process channels: [`router::LocalNode`]), and closes every refused
+//! process, in-process with no HTTP/2 stream: [`router::LocalNode`]), and closes every refused
 //! connection with a typed code ([`close::CloseCode`]).
 //!
 //! # Layout

@@ -2,8 +2,9 @@
 //! room node.
 //!
 //! A node that runs in the gateway's own process (`plaza up`) is reached through a
-//! [`LocalNode`] instead: sessions attach to it over in-process channels with the same
-//! messages, and no HTTP/2 stream (other nodes of the cluster are still reached over gRPC).
+//! [`LocalNode`] instead: sessions attach to it with the same messages and no HTTP/2 stream
+//! (a [`LocalUplink`] into the room's mailbox, a channel back); other nodes of the cluster are
+//! still reached over gRPC.
 //!
 //! Pinning resolves the room's placement in the directory (placing it on a live node if it has
 //! none), reuses the node's channel, and records the route. A route is dropped when its session
@@ -32,22 +33,45 @@ use tonic::transport::{Channel, ClientTlsConfig, Endpoint};
 /// How long the node of an invalidated room is skipped by new placements.
 pub const SUSPECT_FOR: Duration = Duration::from_secs(3);
 
-/// What [`LocalNode::attach`] returns: the session's outbound channel, or the `Status` the
-/// gRPC call would have failed with.
-pub type LocalAttach =
-    Pin<Box<dyn Future<Output = Result<mpsc::Receiver<NodeOutbound>, tonic::Status>> + Send>>;
+/// What [`LocalNode::attach`] returns: the session's two halves of the link, or the `Status`
+/// the gRPC call would have failed with.
+pub type LocalAttach = Pin<Box<dyn Future<Output = Result<LocalLink, tonic::Status>> + Send>>;
 
-/// A room node in the gateway's own process, attached to through channels instead of gRPC.
+/// A session attached to a node of this process.
+pub struct LocalLink {
+    /// Into the room: what the request stream would carry after the attach request.
+    pub uplink: Box<dyn LocalUplink>,
+    /// From the room: what the response stream would carry (ack, frames with their
+    /// droppable/keyframe flags, detach); it ends when the node drops the session.
+    pub downlink: mpsc::Receiver<NodeOutbound>,
+}
+
+/// The room stopped: a [`LocalUplink`] takes nothing more (as a closed request stream).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("the room stopped")]
+pub struct RoomStopped;
+
+/// A session's way into its room on a node of this process: each message goes straight into
+/// the room's mailbox (no channel and no forwarder task between them).
+///
+/// Dropping it detaches the session, once, as the end of the `RoomHost/Attach` request stream
+/// does.
+pub trait LocalUplink: Send + 'static {
+    /// Delivers `msg` (an envelope or a keyframe request; anything else is ignored) to the
+    /// room without waiting. `Err` once the room has stopped: `msg` is dropped.
+    fn send(&mut self, msg: NodeInbound) -> Result<(), RoomStopped>;
+}
+
+/// A room node in the gateway's own process, attached to without gRPC.
 ///
 /// The contract is the `RoomHost/Attach` stream's: `request` is the stream's first message;
-/// `inbound` carries the rest (envelopes, keyframe requests) and dropping its sender detaches
-/// the session; the returned receiver carries what the response stream would (ack, frames
-/// with their droppable/keyframe flags, detach) and ends when the node drops the session.
+/// the returned [`LocalLink`] carries the rest both ways (its uplink's drop is the end of the
+/// request stream, its downlink's end the end of the response stream).
 pub trait LocalNode: Send + Sync + 'static {
     /// The node's id as registered in the directory.
     fn node_id(&self) -> &str;
     /// Attaches a session.
-    fn attach(&self, request: AttachRequest, inbound: mpsc::Receiver<NodeInbound>) -> LocalAttach;
+    fn attach(&self, request: AttachRequest) -> LocalAttach;
 }
 
 /// How a route reaches its node.

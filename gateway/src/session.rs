@@ -36,6 +36,7 @@ use crate::metrics::GatewayMetrics;
 use crate::queue::{OutItem, OutQueue, Pushed};
 use crate::refusal::Refusal;
 use crate::resume::ResumeEntry;
+use crate::router::LocalUplink;
 use crate::session_core::{
     AttachCause, AttachResult, DetachReason, Effect, Identity, NodeEvent, RoomStatus, SessionCore,
 };
@@ -198,8 +199,37 @@ async fn socket_io(
 
 /// The session's link to its room node.
 struct NodeLink {
-    tx: mpsc::Sender<NodeInbound>,
+    up: Uplink,
     stream: Downlink,
+}
+
+/// What the session sends its node: the gRPC request stream's channel, or (a node in this
+/// process) straight into the room's mailbox. Dropping it detaches the session either way.
+enum Uplink {
+    Grpc(mpsc::Sender<NodeInbound>),
+    Local(Box<dyn LocalUplink>),
+}
+
+/// Why an [`Uplink`] did not take a message (the message is dropped).
+#[derive(Debug)]
+enum UplinkError {
+    /// The stream's channel is full: the node is behind.
+    Full,
+    /// The stream ended, or the room stopped.
+    Closed,
+}
+
+impl Uplink {
+    /// Sends without waiting.
+    fn try_send(&mut self, msg: NodeInbound) -> Result<(), UplinkError> {
+        match self {
+            Self::Grpc(tx) => tx.try_send(msg).map_err(|e| match e {
+                mpsc::error::TrySendError::Full(_) => UplinkError::Full,
+                mpsc::error::TrySendError::Closed(_) => UplinkError::Closed,
+            }),
+            Self::Local(up) => up.send(msg).map_err(|_| UplinkError::Closed),
+        }
+    }
 }
 
 /// What the node sends the session: the gRPC response stream, or the channel of a node in
@@ -625,11 +655,11 @@ impl Session {
         }
     }
 
-    /// Sends to the node; a full channel drops it (the node is behind).
+    /// Sends to the node; a full channel (the node is behind) or a stopped room drops it.
     fn send_to_node(&mut self, body: node_inbound::Body) {
-        if let Some(link) = &self.link {
+        if let Some(link) = &mut self.link {
             let msg = NodeInbound { body: Some(body) };
-            if link.tx.try_send(msg).is_err() {
+            if link.up.try_send(msg).is_err() {
                 self.shared.metrics.dropped("node_backlog");
             }
         }

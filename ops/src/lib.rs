@@ -24,13 +24,12 @@ use plaza_directory::{MemoryDirectory, RedisDirectory, RedisOptions, SharedDirec
 use plaza_gateway::Gateway;
 use plaza_gateway::auth::{Authenticator, Combined};
 use plaza_gateway::metrics::GatewayMetrics;
-use plaza_gateway::router::{LocalAttach, LocalNode};
+use plaza_gateway::router::{LocalAttach, LocalLink, LocalNode, LocalUplink};
 use plaza_node_proto::{AttachRequest, NodeInbound};
 use plaza_room_actor::Node;
 use plaza_room_actor::metrics::NodeMetrics;
-use plaza_room_actor::service::RoomHostService;
+use plaza_room_actor::service::{RoomHostService, RoomUplink};
 use prometheus_client::registry::Registry;
-use tokio::sync::mpsc;
 
 use crate::admin::{Admin, AdminState};
 use crate::config::PlazaConfig;
@@ -267,8 +266,8 @@ impl Plaza {
     }
 }
 
-/// The node of this process as the gateway's [`LocalNode`]: the `RoomHost` attach logic fed
-/// by channels.
+/// The node of this process as the gateway's [`LocalNode`]: the `RoomHost` attach logic, its
+/// sessions' inputs cast straight into their rooms ([`RoomUplink`]).
 struct InProcessNode(RoomHostService);
 
 impl LocalNode for InProcessNode {
@@ -276,9 +275,26 @@ impl LocalNode for InProcessNode {
         self.0.node_id()
     }
 
-    fn attach(&self, request: AttachRequest, inbound: mpsc::Receiver<NodeInbound>) -> LocalAttach {
+    fn attach(&self, request: AttachRequest) -> LocalAttach {
         let host = self.0.clone();
-        Box::pin(async move { host.attach_local(request, inbound).await })
+        Box::pin(async move {
+            let (up, downlink) = host.attach_local(request).await?;
+            Ok(LocalLink {
+                uplink: Box::new(InProcessUplink(up)),
+                downlink,
+            })
+        })
+    }
+}
+
+/// A session's [`RoomUplink`] as the gateway's [`LocalUplink`] (its drop detaches).
+struct InProcessUplink(RoomUplink);
+
+impl LocalUplink for InProcessUplink {
+    fn send(&mut self, msg: NodeInbound) -> Result<(), plaza_gateway::router::RoomStopped> {
+        self.0
+            .send(msg)
+            .map_err(|_| plaza_gateway::router::RoomStopped)
     }
 }
 

@@ -1,13 +1,14 @@
 //! The `RoomHost` service of a node: one bidirectional stream per attached session.
 //!
 //! The first inbound message must be an `AttachRequest`; the service finds (or spawns) the
-//! room's actor and joins the session. Every later inbound message is forwarded to the actor;
-//! the end of the inbound stream detaches the session. Outbound, the actor writes into a bounded
-//! channel that backs the response stream.
+//! room's actor and joins the session. Every later inbound message goes to the actor through
+//! the session's [`RoomUplink`]; the end of the inbound stream drops it, which detaches the
+//! session. Outbound, the actor writes into a bounded channel that backs the response stream.
 //!
-//! Two transports run the same attach logic ([`RoomHostService::attach_local`]): the tonic
-//! `RoomHost/Attach` stream (gateways in other processes), and plain channels for a gateway in
-//! this process (`plaza up`), which skips the HTTP/2 hop.
+//! Two transports run the same attach logic: the tonic `RoomHost/Attach` stream (gateways in
+//! other processes; one forwarder task per session feeds the stream into the uplink), and
+//! [`RoomHostService::attach_local`] for a gateway in this process (`plaza up`), which skips
+//! the HTTP/2 hop and hands the gateway the uplink itself (no inbound channel, no task).
 
 use std::pin::Pin;
 
@@ -17,6 +18,8 @@ use plaza_node_proto::{
     AttachRequest, NodeInbound, NodeOutbound, PresenceSourceReply, PresenceSourceRequest,
     StatusReply, StatusRequest, node_inbound,
 };
+use plaza_room_core::SessionId;
+use ractor::ActorRef;
 use tokio::sync::mpsc;
 use tokio_stream::StreamExt as _;
 use tokio_stream::wrappers::ReceiverStream;
@@ -79,23 +82,89 @@ impl RoomHostService {
         &self.node_id
     }
 
-    /// Attaches a session without gRPC (a gateway in this process): the same checks, join and
-    /// forwarding as `RoomHost/Attach`, with `inbound` in place of the request stream (its
-    /// first message, the `AttachRequest`, is `attach`) and the returned receiver in place of
-    /// the response stream. Dropping `inbound`'s sender detaches the session, as the end of
-    /// the request stream does; the receiver ends when the room drops the session.
+    /// Attaches a session without gRPC (a gateway in this process): the same checks and join
+    /// as `RoomHost/Attach`, with `attach` its first message. The returned [`RoomUplink`]
+    /// takes the rest of what the request stream would carry, straight into the room's
+    /// mailbox, and dropping it detaches the session, as the end of the request stream does;
+    /// the returned receiver is the response stream and ends when the room drops the session.
     ///
     /// Errors are the `Status` the gRPC call would return. Runs in a `node.attach` span, a
     /// child of the caller's current span.
     pub async fn attach_local(
         &self,
         attach: AttachRequest,
-        inbound: mpsc::Receiver<NodeInbound>,
-    ) -> Result<mpsc::Receiver<NodeOutbound>, Status> {
+    ) -> Result<(RoomUplink, mpsc::Receiver<NodeOutbound>), Status> {
         let span = tracing::info_span!("node.attach", node = %self.node_id);
-        self.join(attach, ReceiverStream::new(inbound).map(Ok))
-            .instrument(span)
-            .await
+        self.join(attach).instrument(span).await
+    }
+}
+
+/// One attached session's way into its room: what the attach stream carries after the attach
+/// request, cast into the room actor's mailbox.
+///
+/// Closing it ([`RoomUplink::close`], or dropping it) detaches the session from the room
+/// exactly once, for this attachment only (its `link_id`: the detach of an older stream never
+/// detaches a newer one of the same session). Once the room has stopped, nothing more is sent,
+/// the detach included.
+#[derive(Debug)]
+pub struct RoomUplink {
+    room: ActorRef<RoomMsg>,
+    session: SessionId,
+    link_id: u64,
+    /// Neither closed nor found stopped.
+    open: bool,
+}
+
+/// The room stopped: a [`RoomUplink`] takes nothing more.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("the room stopped")]
+pub struct RoomStopped;
+
+impl RoomUplink {
+    /// The uplink of attachment `link_id` of `session` in `room`.
+    pub fn new(room: ActorRef<RoomMsg>, session: SessionId, link_id: u64) -> Self {
+        Self {
+            room,
+            session,
+            link_id,
+            open: true,
+        }
+    }
+
+    /// Casts `msg` into the room without waiting: an envelope is a [`RoomMsg::Input`], a
+    /// keyframe request a [`RoomMsg::KeyframeNeeded`]; anything else (a second attach
+    /// request, an empty message) is ignored. `Err` once the room has stopped, or after
+    /// [`RoomUplink::close`].
+    pub fn send(&mut self, msg: NodeInbound) -> Result<(), RoomStopped> {
+        if !self.open {
+            return Err(RoomStopped);
+        }
+        let session = self.session;
+        let m = match msg.body {
+            Some(node_inbound::Body::Envelope(envelope)) => RoomMsg::Input { session, envelope },
+            Some(node_inbound::Body::KeyframeNeeded(_)) => RoomMsg::KeyframeNeeded { session },
+            Some(node_inbound::Body::Attach(_)) | None => return Ok(()),
+        };
+        self.room.cast(m).map_err(|_| {
+            self.open = false;
+            RoomStopped
+        })
+    }
+
+    /// Detaches the session (the end of its stream); the first call only.
+    pub fn close(&mut self) {
+        if std::mem::replace(&mut self.open, false) {
+            let _ = self.room.cast(RoomMsg::Detach {
+                session: self.session,
+                link_id: self.link_id,
+            });
+        }
+    }
+}
+
+impl Drop for RoomUplink {
+    fn drop(&mut self) {
+        self.close();
     }
 }
 
@@ -171,22 +240,19 @@ impl RoomHostService {
                 "first message must be an attach request",
             ));
         };
-        let rx = self.join(attach, inbound).await?;
+        let (up, rx) = self.join(attach).await?;
+        tokio::spawn(forward(inbound, up));
         let out = ReceiverStream::new(rx).map(Ok::<_, Status>);
         Ok(Response::new(Box::pin(out)))
     }
 
     /// The attach itself, whatever the transport: checks the room id, finds or spawns the
-    /// room, joins the session with a fresh outbound channel, and forwards the rest of
-    /// `inbound` to the room until it ends (then the session detaches).
-    async fn join<S>(
+    /// room, joins the session with a fresh outbound channel, and returns the session's uplink
+    /// into the room with that channel's receiver.
+    async fn join(
         &self,
         attach: AttachRequest,
-        mut inbound: S,
-    ) -> Result<mpsc::Receiver<NodeOutbound>, Status>
-    where
-        S: Stream<Item = Result<NodeInbound, Status>> + Unpin + Send + 'static,
-    {
+    ) -> Result<(RoomUplink, mpsc::Receiver<NodeOutbound>), Status> {
         if !valid_room_id(&attach.room_id) {
             return Err(Status::invalid_argument("invalid room id"));
         }
@@ -217,32 +283,19 @@ impl RoomHostService {
         })
         .map_err(|_| Status::unavailable("room stopped; retry"))?;
         tracing::info!(room = %attach.room_id, session, resume = attach.resume, "session attached");
-
-        // Forward the rest of the inbound stream to the room.
-        tokio::spawn(async move {
-            loop {
-                match inbound.next().await {
-                    Some(Ok(msg)) => {
-                        let m = match msg.body {
-                            Some(node_inbound::Body::Envelope(envelope)) => {
-                                RoomMsg::Input { session, envelope }
-                            }
-                            Some(node_inbound::Body::KeyframeNeeded(_)) => {
-                                RoomMsg::KeyframeNeeded { session }
-                            }
-                            Some(node_inbound::Body::Attach(_)) | None => continue,
-                        };
-                        if room.cast(m).is_err() {
-                            break;
-                        }
-                    }
-                    None | Some(Err(_)) => {
-                        let _ = room.cast(RoomMsg::Detach { session, link_id });
-                        break;
-                    }
-                }
-            }
-        });
-        Ok(rx)
+        Ok((RoomUplink::new(room, session, link_id), rx))
     }
 }
+
+/// Feeds a gRPC attach stream into its session's uplink until the stream ends or breaks (then
+/// the uplink's drop detaches the session) or the room stops.
+async fn forward(mut inbound: Streaming<NodeInbound>, mut up: RoomUplink) {
+    while let Some(Ok(msg)) = inbound.next().await {
+        if up.send(msg).is_err() {
+            break;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

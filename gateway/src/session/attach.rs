@@ -10,7 +10,7 @@ use tokio::time::Instant;
 use tokio_stream::wrappers::ReceiverStream;
 use tracing::Instrument as _;
 
-use super::{Downlink, NodeLink, is_shutdown};
+use super::{Downlink, NodeLink, Uplink, is_shutdown};
 use crate::Shared;
 use crate::router::{PinError, Transport};
 use crate::session_core::{AttachCause, AttachResult, DetachReason};
@@ -128,7 +128,6 @@ async fn try_attach(
         Err(PinError::OwnerStalled) => return Err(AttachFail::OwnerStalled),
         Err(e) => return Err(AttachFail::Retry(e.to_string())),
     };
-    let (tx, rx) = mpsc::channel(64);
     let resume = a.cause.is_resume();
     let attach = node::AttachRequest {
         room_id: a.room.clone(),
@@ -146,8 +145,9 @@ async fn try_attach(
             None => AttachFail::Retry(s.to_string()),
         },
     };
-    let mut stream = match &route.transport {
+    let (up, mut stream) = match &route.transport {
         Transport::Grpc(client) => {
+            let (tx, rx) = mpsc::channel(64);
             let req = NodeInbound {
                 body: Some(node_inbound::Body::Attach(attach)),
             };
@@ -166,17 +166,22 @@ async fn try_attach(
                     .await
                     .map_err(|_| AttachFail::Retry("node did not answer the attach".into()))?
                     .map_err(refused)?;
-            Downlink::Grpc(Box::new(resp.into_inner()))
+            (
+                Uplink::Grpc(tx),
+                Downlink::Grpc(Box::new(resp.into_inner())),
+            )
         }
         Transport::Local(local) => {
-            let rx = local
-                .attach(attach, rx)
+            // No channel and no task: the uplink casts into the room's mailbox.
+            let link = local
+                .attach(attach)
                 .instrument(span)
                 .await
                 .map_err(refused)?;
-            Downlink::Local(rx)
+            (Uplink::Local(link.uplink), Downlink::Local(link.downlink))
         }
     };
+    // From here on, an early return drops `up`: the node detaches the session.
     let first = tokio::time::timeout(ATTACH_ACK_TIMEOUT, stream.recv())
         .await
         .map_err(|_| AttachFail::Retry("no ack".into()))?
@@ -184,7 +189,7 @@ async fn try_attach(
         .map_err(refused)?;
     match first.body {
         Some(node_outbound::Body::Ack(ack)) => Ok(Attached {
-            link: NodeLink { tx, stream },
+            link: NodeLink { up, stream },
             node_id: route.node_id,
             entity: ack.entity_id,
         }),
