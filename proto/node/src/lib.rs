@@ -81,4 +81,10 @@ mod tests {
         }
         assert_eq!(FrameKind::from_flags(false, true), FrameKind::Control);
     }
+
+    #[test]
+    fn a_node_outbound_is_as_small_as_a_frame_and_its_flags() {
+        // Sessions' channels hold blocks of 32 of these (`build.rs` boxes the ack).
+        assert!(std::mem::size_of::<NodeOutbound>() <= 48);
+    }
 }

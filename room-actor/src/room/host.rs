@@ -762,12 +762,12 @@ impl RoomHost {
         link.entity = Some(entity);
         let wallet = link.wallet.clone();
         let ack = NodeOutbound {
-            body: Some(node_outbound::Body::Ack(node::AttachAck {
+            body: Some(node_outbound::Body::Ack(Box::new(node::AttachAck {
                 entity_id: entity,
                 epoch: self.epoch.counter,
                 era: self.epoch.era,
                 node_id: self.node_id.clone(),
-            })),
+            }))),
             droppable: false,
             keyframe: false,
         };
