@@ -85,6 +85,6 @@ mod tests {
     #[test]
     fn a_node_outbound_is_as_small_as_a_frame_and_its_flags() {
         // Sessions' channels hold blocks of 32 of these (`build.rs` boxes the ack).
-        assert!(std::mem::size_of::<NodeOutbound>() <= 48);
+        assert!(size_of::<NodeOutbound>() <= 48);
     }
 }
