@@ -208,6 +208,9 @@ pub struct Proc {
     pub log: PathBuf,
     /// Its event log (nodes only).
     pub event_log: Option<PathBuf>,
+    /// It runs under a wrapper (`faketime` forks the node and waits for it) in a process group
+    /// of its own: signals go to the group, so a kill reaches the node, not only the wrapper.
+    group: bool,
 }
 
 impl Proc {
@@ -216,8 +219,11 @@ impl Proc {
         self.child.id()
     }
 
-    /// SIGKILL, and reap it.
+    /// SIGKILL (the whole group of a wrapped node), and reap it.
     pub fn kill9(&mut self) {
+        if self.group {
+            let _ = self.signal("KILL");
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
@@ -227,9 +233,14 @@ impl Proc {
         self.signal("TERM")
     }
 
-    /// Sends signal `sig` (`TERM`, `STOP`, `CONT`, …) with `kill -SIG`.
+    /// Sends signal `sig` (`TERM`, `STOP`, `CONT`, …) with `kill -SIG` (to the process group
+    /// of a wrapped node).
     pub fn signal(&self, sig: &str) -> Result<(), String> {
-        signal_pid(self.child.id(), sig)
+        if self.group {
+            signal_target(&format!("-{}", self.child.id()), sig)
+        } else {
+            signal_pid(self.child.id(), sig)
+        }
     }
 
     /// Waits (bounded) for the process to exit.
@@ -652,14 +663,19 @@ pub async fn redis_pid(port: u16) -> anyhow::Result<u32> {
 
 /// Sends signal `sig` (`STOP`, `CONT`, …) to process `pid` with `kill -SIG`.
 pub fn signal_pid(pid: u32, sig: &str) -> Result<(), String> {
+    signal_target(&pid.to_string(), sig)
+}
+
+/// `kill -SIG -- target` (a pid, or `-pgid` for a process group).
+fn signal_target(target: &str, sig: &str) -> Result<(), String> {
     let st = Command::new("kill")
-        .args([&format!("-{sig}"), &pid.to_string()])
+        .args([&format!("-{sig}"), "--", target])
         .status()
         .map_err(|e| format!("kill -{sig}: {e}"))?;
     if st.success() {
         Ok(())
     } else {
-        Err(format!("kill -{sig} {pid} exited with {st}"))
+        Err(format!("kill -{sig} {target} exited with {st}"))
     }
 }
 
@@ -780,10 +796,12 @@ fn spawn_with(
     let log = dir.join(format!("{name}.log"));
     let out = std::fs::File::create(&log)?;
     let err = out.try_clone()?;
+    let group = role == Role::Node && !how.wrapper.is_empty();
     let mut cmd = match (role, how.wrapper.split_first()) {
         (Role::Node, Some((first, rest))) => {
             let mut c = Command::new(first);
             c.args(rest).arg(bin);
+            std::os::unix::process::CommandExt::process_group(&mut c, 0);
             c
         }
         _ => Command::new(bin),
@@ -875,6 +893,7 @@ fn spawn_with(
         ws,
         log,
         event_log,
+        group,
     })
 }
 
