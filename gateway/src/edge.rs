@@ -438,6 +438,10 @@ async fn accept(
     emfile: &Counter,
     name: &'static str,
 ) -> Accepted {
+    // A reserve lost to a race (between giving it back and the accept, another listener's
+    // accept took the descriptor, so it could not be reopened) is taken again as soon as a
+    // descriptor is free: without it the admin port starved until the squatters' deadline.
+    reserve.restore();
     match listener.accept().await {
         Ok((tcp, peer)) => {
             *backoff = BACKOFF_MIN;
