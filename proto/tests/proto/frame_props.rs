@@ -103,16 +103,7 @@ fn run(steps: &[Step], cfg: EncoderConfig, exact: bool) -> Result<(), TestCaseEr
     let mut tick = 1000u32;
     for (n, s) in steps.iter().enumerate() {
         tick = tick.wrapping_add(s.tick_step);
-        let recs: Vec<EntityRecord> = s
-            .present
-            .iter()
-            .map(|&(id, generation, kind, pose, _)| EntityRecord {
-                id,
-                generation,
-                kind,
-                pose,
-            })
-            .collect();
+        let recs = records(s);
         let vis: Vec<Visible<'_>> = recs
             .iter()
             .zip(&s.present)
@@ -259,9 +250,7 @@ proptest! {
         let mut tick = 0;
         for s in &steps {
             tick += s.tick_step;
-            let recs: Vec<EntityRecord> = s.present.iter()
-                .map(|&(id, generation, kind, pose, _)| EntityRecord { id, generation, kind, pose })
-                .collect();
+            let recs = records(s);
             let vis: Vec<Visible<'_>> = recs.iter().map(|r| Visible { record: r, tier: 0 }).collect();
             let mut out = Vec::new();
             enc.encode(tick, None, &vis, &mut out);

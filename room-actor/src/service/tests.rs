@@ -143,17 +143,13 @@ async fn two_links_of_one_session_detach_each_their_own() {
 async fn a_stopped_room_refuses_and_is_not_detached_from() {
     let (room, _rx) = room().await;
     let mut up = RoomUplink::new(room.clone(), 1, 1);
-    room.stop(None);
-    // The stop is asynchronous: wait until the mailbox refuses.
-    let mut refused = false;
-    for _ in 0..200 {
-        if up.send(envelope(1)).is_err() {
-            refused = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    assert!(refused, "a stopped room takes no input");
+    room.stop_and_wait(None, Some(Duration::from_secs(1)))
+        .await
+        .expect("the room stops");
+    assert!(
+        up.send(envelope(1)).is_err(),
+        "a stopped room takes no input"
+    );
     assert_eq!(up.send(keyframe()), Err(RoomStopped));
     assert!(
         !up.open,
